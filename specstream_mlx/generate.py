@@ -1,0 +1,202 @@
+"""The public generation API: one streaming generator, and `generate` that collects it.
+
+A decoder yields, per forward pass, the list of tokens that pass accepted (always one token for
+plain decoding). Everything users see is handled here, the same for every decoder: the prompt
+and chat template, stop at EOS (even inside an accepted list), the max-token cut, streaming
+detokenization, and statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+from .decoding.plain import plain_decode
+from .errors import SpecstreamError
+from .models.loader import LoadedModel
+from .sampling import Sampler, SamplingParams
+
+DECODERS = ("ar",)
+
+
+@dataclass
+class GenerationStats:
+    """Counters of one generation; `mean_accepted_tokens` is the paper's tau."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0  # tokens in the output (a final EOS is not output)
+    accepted_tokens: int = 0  # tokens the passes decided, a final EOS included
+    forward_passes: int = 0  # decoding passes; the prefill pass that yields the first token counts
+    prompt_seconds: float = 0.0  # time to the first token (prefill included)
+    wall_seconds: float = 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        return self.accepted_tokens / self.forward_passes if self.forward_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decoding speed: tokens after the first, over the time after the first token."""
+        decode_seconds = self.wall_seconds - self.prompt_seconds
+        if self.generated_tokens < 2 or decode_seconds <= 0:
+            return 0.0
+        return (self.generated_tokens - 1) / decode_seconds
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["mean_accepted_tokens"] = round(self.mean_accepted_tokens, 4)
+        out["tokens_per_second"] = round(self.tokens_per_second, 3)
+        out["prompt_seconds"] = round(self.prompt_seconds, 4)
+        out["wall_seconds"] = round(self.wall_seconds, 4)
+        return out
+
+
+@dataclass
+class GenerationChunk:
+    """One step of `stream_generate`: the new text and tokens, and the running statistics."""
+
+    text: str
+    token_ids: list[int]
+    stats: GenerationStats
+    finish_reason: str | None = None  # "stop" (EOS) | "length" (max tokens or context) | None
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    stats: GenerationStats
+    decoder: str
+    model: str
+    adapter: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The `specstream generate --json` contract."""
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "decoder": self.decoder,
+            "model": self.model,
+            "adapter": self.adapter,
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }
+
+
+def encode_prompt(loaded: LoadedModel, prompt: str | list[dict], chat: bool | None = None):
+    """Token ids for a prompt string (or a list of chat messages).
+
+    chat=None uses the chat template when the model has one; chat=False feeds the text as is.
+    """
+    tokenizer = loaded.tokenizer
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise SpecstreamError("the prompt is empty")
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        messages = prompt
+        if not messages:
+            raise SpecstreamError("the message list is empty")
+    use_chat = tokenizer.has_chat_template if chat is None else chat
+    if use_chat:
+        if not tokenizer.has_chat_template:
+            raise SpecstreamError(f"model {loaded.name} has no chat template")
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    if not isinstance(prompt, str):
+        raise SpecstreamError("chat messages need chat=True")
+    return list(tokenizer.encode(prompt, add_special_tokens=True))
+
+
+def stream_generate(
+    loaded: LoadedModel,
+    prompt: str | list[dict] | list[int],
+    *,
+    max_tokens: int = 256,
+    sampling: SamplingParams | None = None,
+    decoder: str = "ar",
+    chat: bool | None = None,
+) -> Iterator[GenerationChunk]:
+    """Generate from `prompt` (text, chat messages, or token ids), yielding text as it is decided.
+
+    Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
+    model's context is full.
+    """
+    if decoder not in DECODERS:
+        raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+    if max_tokens < 1:
+        raise SpecstreamError(f"max_tokens must be >= 1, got {max_tokens}")
+    sampling = sampling or SamplingParams()
+    if prompt and isinstance(prompt, list) and isinstance(prompt[0], int):
+        prompt_ids = list(prompt)
+    else:
+        prompt_ids = encode_prompt(loaded, prompt, chat)
+    if not prompt_ids:
+        raise SpecstreamError("the prompt is empty")
+    room = loaded.context_length - len(prompt_ids)
+    if room < 1:
+        raise SpecstreamError(
+            f"the prompt has {len(prompt_ids)} tokens but the model's context holds "
+            f"{loaded.context_length}"
+        )
+    budget = min(max_tokens, room)
+
+    stats = GenerationStats(prompt_tokens=len(prompt_ids))
+    detokenizer = loaded.tokenizer.detokenizer
+    detokenizer.reset()
+    start = time.perf_counter()
+    steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling))
+    for accepted in steps:
+        stats.forward_passes += 1
+        if stats.forward_passes == 1:
+            stats.prompt_seconds = time.perf_counter() - start
+        finish = None
+        kept = []
+        for token in accepted:
+            stats.accepted_tokens += 1
+            if token in loaded.eos_token_ids:
+                finish = "stop"
+                break
+            kept.append(token)
+            detokenizer.add_token(token)
+            if stats.generated_tokens + len(kept) == budget:
+                finish = "length"
+                break
+        stats.generated_tokens += len(kept)
+        stats.wall_seconds = time.perf_counter() - start
+        if finish is not None:
+            detokenizer.finalize()
+        yield GenerationChunk(detokenizer.last_segment, kept, stats, finish)
+        if finish is not None:
+            steps.close()
+            return
+
+
+def generate(
+    loaded: LoadedModel,
+    prompt: str | list[dict] | list[int],
+    *,
+    max_tokens: int = 256,
+    sampling: SamplingParams | None = None,
+    decoder: str = "ar",
+    chat: bool | None = None,
+) -> GenerationResult:
+    """Run `stream_generate` to the end and return the whole text, token ids and statistics."""
+    pieces, tokens, finish, stats = [], [], "length", GenerationStats()
+    for chunk in stream_generate(
+        loaded, prompt, max_tokens=max_tokens, sampling=sampling, decoder=decoder, chat=chat
+    ):
+        pieces.append(chunk.text)
+        tokens.extend(chunk.token_ids)
+        stats = chunk.stats
+        finish = chunk.finish_reason or finish
+    return GenerationResult(
+        text="".join(pieces),
+        token_ids=tokens,
+        finish_reason=finish,
+        stats=stats,
+        decoder=decoder,
+        model=loaded.name,
+    )

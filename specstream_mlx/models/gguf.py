@@ -1,0 +1,207 @@
+"""GGUF (llama.cpp) checkpoints -> mlx-lm model folders.
+
+`mx.load` reads GGUF natively: Q4_0/Q4_1/Q8_0 tensors arrive as MLX affine-quantized triples
+(`weight` packed uint32, `scales`, `biases`, group size 32). What is left to do here is naming,
+the config, the tokenizer, and undoing llama.cpp's Q/K row permutation (GGUF stores Q and K rows
+interleaved for "traditional" RoPE; mlx-lm's llama uses the Hugging Face half-split layout).
+Row permutations commute with per-row quantization, so the quantized tensors are permuted as is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import mlx.core as mx
+
+from ..errors import SpecstreamError
+
+GGUF_GROUP_SIZE = 32  # llama.cpp block size of Q4_0, Q4_1 and Q8_0
+
+_TOP_LEVEL = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_IN_BLOCK = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def read_gguf(path: str | os.PathLike) -> tuple[dict[str, mx.array], dict]:
+    """Load tensors and metadata, turning MLX's parse errors into one clear message."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecstreamError(f"GGUF file not found: {path}")
+    try:
+        return mx.load(str(path), return_metadata=True)
+    except Exception as exc:  # mlx raises RuntimeError/ValueError with C++ messages
+        size = path.stat().st_size
+        raise SpecstreamError(
+            f"cannot read GGUF file {path} ({size} bytes): corrupt or truncated ({exc})"
+        ) from None
+
+
+def _scalar(metadata: dict, key: str, default=None):
+    value = metadata.get(key, default)
+    if isinstance(value, mx.array):
+        value = value.item()
+    return value
+
+
+def _unpermute_rows(w: mx.array, n_head: int) -> mx.array:
+    """Inverse of llama.cpp's `permute`: (n_head, 2, half, ...) -> (n_head, half, 2, ...)."""
+    rows = w.shape[0]
+    half = rows // n_head // 2
+    return w.reshape(n_head, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _rename(name: str) -> str:
+    stem, _, suffix = name.rpartition(".")  # suffix: weight | scales | biases | bias
+    if stem in _TOP_LEVEL:
+        return f"{_TOP_LEVEL[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _IN_BLOCK:
+        return f"model.layers.{parts[1]}.{_IN_BLOCK[parts[2]]}.{suffix}"
+    raise SpecstreamError(f"unsupported GGUF tensor {name!r} for a llama model")
+
+
+def gguf_config(metadata: dict) -> dict:
+    """The mlx-lm / Hugging Face `config.json` of a llama-architecture GGUF."""
+    arch = metadata.get("general.architecture")
+    if arch != "llama":
+        raise SpecstreamError(
+            f"GGUF architecture {arch!r} is not supported (llama only); "
+            "use a Hugging Face or mlx-lm model folder instead"
+        )
+    n_heads = _scalar(metadata, "llama.attention.head_count")
+    hidden = _scalar(metadata, "llama.embedding_length")
+    return {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": _scalar(metadata, "llama.block_count"),
+        "intermediate_size": _scalar(metadata, "llama.feed_forward_length"),
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": _scalar(metadata, "llama.attention.head_count_kv", n_heads),
+        "head_dim": _scalar(metadata, "llama.rope.dimension_count", hidden // n_heads),
+        "rms_norm_eps": float(_scalar(metadata, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(_scalar(metadata, "llama.rope.freq_base", 10000.0)),
+        "max_position_embeddings": _scalar(metadata, "llama.context_length", 2048),
+        "vocab_size": len(metadata["tokenizer.ggml.tokens"]),
+        "bos_token_id": _scalar(metadata, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": _scalar(metadata, "tokenizer.ggml.eos_token_id"),
+    }
+
+
+def gguf_weights(weights: dict[str, mx.array], config: dict) -> tuple[dict[str, mx.array], dict]:
+    """Rename to mlx-lm names, undo the Q/K permutation; returns (weights, quantization config)."""
+    out = {}
+    for name, w in weights.items():
+        if ".attn_q." in name:
+            w = _unpermute_rows(w, config["num_attention_heads"])
+        elif ".attn_k." in name:
+            w = _unpermute_rows(w, config["num_key_value_heads"])
+        out[_rename(name)] = w
+    config["tie_word_embeddings"] = "lm_head.weight" not in out
+
+    # Bits per quantized module, read off the packed shapes: (out, in*bits/32) vs (out, in/group).
+    bits = {}
+    for name, scales in out.items():
+        if name.endswith(".scales"):
+            module = name[: -len(".scales")]
+            in_dim = scales.shape[-1] * GGUF_GROUP_SIZE
+            bits[module] = out[f"{module}.weight"].shape[-1] * 32 // in_dim
+    if not bits:
+        return out, {}
+    common = Counter(bits.values()).most_common(1)[0][0]
+    quant = {"group_size": GGUF_GROUP_SIZE, "bits": common}
+    for module, b in sorted(bits.items()):
+        if b != common:
+            quant[module] = {"group_size": GGUF_GROUP_SIZE, "bits": b}
+    return out, quant
+
+
+def write_model_folder(
+    out_dir: str | os.PathLike,
+    config: dict,
+    weights: dict[str, mx.array],
+    tokenizer,
+    overwrite: bool = False,
+) -> Path:
+    """Write an mlx-lm-loadable folder atomically: built beside the target, then renamed."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise SpecstreamError(f"output folder exists: {out_dir} (pass --overwrite to replace it)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        tokenizer.save_pretrained(str(tmp))
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def dequantize_weights(weights: dict[str, mx.array], quant: dict, dtype) -> dict[str, mx.array]:
+    """Replace every (weight, scales, biases) triple by a plain `dtype` weight."""
+    out = {}
+    for name, w in weights.items():
+        if name.endswith((".scales", ".biases")) and name.rsplit(".", 1)[0] + ".weight" in weights:
+            continue
+        module = name.rsplit(".", 1)[0]
+        if f"{module}.scales" in weights:
+            bits = quant.get(module, quant)["bits"]
+            w = mx.dequantize(
+                w, weights[f"{module}.scales"], weights[f"{module}.biases"], GGUF_GROUP_SIZE, bits
+            )
+        out[name] = w.astype(dtype) if mx.issubdtype(w.dtype, mx.floating) else w
+    return out
+
+
+def convert_gguf(
+    gguf_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    overwrite: bool = False,
+    dtype: str = "stored",
+) -> Path:
+    """Convert a llama-architecture GGUF to an mlx-lm folder.
+
+    dtype "stored" keeps the quantized tensors as they are; "float32", "float16" or "bfloat16"
+    dequantizes them.
+    """
+    from .gguf_tokenizer import gguf_tokenizer
+
+    weights, metadata = read_gguf(gguf_path)
+    config = gguf_config(metadata)
+    weights, quant = gguf_weights(weights, config)
+    if quant and dtype != "stored":
+        weights = dequantize_weights(weights, quant, getattr(mx, dtype))
+        config["torch_dtype"] = dtype
+    elif quant:
+        config["quantization"] = quant
+        config["quantization_config"] = quant
+    tokenizer = gguf_tokenizer(metadata)
+    return write_model_folder(out_dir, config, weights, tokenizer, overwrite=overwrite)

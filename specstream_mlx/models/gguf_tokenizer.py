@@ -1,0 +1,74 @@
+"""The tokenizer stored in GGUF metadata, rebuilt as a Hugging Face fast tokenizer.
+
+Supports `tokenizer.ggml.model == "gpt2"` (byte-level BPE: vocabulary + merges). The
+pre-tokenizer is named by `tokenizer.ggml.pre`; SmolLM2 ("smollm") splits every digit on its own
+before the GPT-2 byte-level regex, exactly as its Hugging Face tokenizer.json does.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+from ..errors import SpecstreamError
+
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
+
+_BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+_PRE_TOKENIZERS = {
+    "smollm": pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), _BYTE_LEVEL]
+    ),
+    "gpt2": _BYTE_LEVEL,
+    "default": _BYTE_LEVEL,
+}
+
+
+def _scalar(metadata: dict, key: str):
+    value = metadata.get(key)
+    return value.item() if hasattr(value, "item") else value
+
+
+def gguf_tokenizer(metadata: dict):
+    """A `transformers.PreTrainedTokenizerFast` equal to the one the GGUF was made from."""
+    from transformers import PreTrainedTokenizerFast
+
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise SpecstreamError(
+            f"GGUF tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' only)"
+        )
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_TOKENIZERS:
+        raise SpecstreamError(
+            f"GGUF pre-tokenizer {pre!r} is not supported (known: {', '.join(_PRE_TOKENIZERS)})"
+        )
+    tokens = metadata["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    types = metadata.get("tokenizer.ggml.token_type")
+    types = types.tolist() if types is not None else [1] * len(tokens)
+
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = _PRE_TOKENIZERS[pre]
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    specials = [tokens[i] for i, t in enumerate(types) if t == _CONTROL]
+    user = [tokens[i] for i, t in enumerate(types) if t == _USER_DEFINED]
+    tok.add_special_tokens(specials)
+    if user:
+        tok.add_tokens(user)
+
+    def token_of(key: str):
+        i = _scalar(metadata, key)
+        return tokens[i] if i is not None and 0 <= i < len(tokens) else None
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=token_of("tokenizer.ggml.bos_token_id"),
+        eos_token=token_of("tokenizer.ggml.eos_token_id"),
+        unk_token=token_of("tokenizer.ggml.unknown_token_id"),
+        pad_token=token_of("tokenizer.ggml.padding_token_id"),
+        chat_template=metadata.get("tokenizer.chat_template"),
+        clean_up_tokenization_spaces=False,
+        model_max_length=_scalar(metadata, "llama.context_length") or 2048,
+    )

