@@ -35,5 +35,5 @@ def run(args) -> int:
         if gguf.suffix != ".gguf":
             raise SpecstreamError(f"{gguf} is not a .gguf file")
     out = convert_gguf(gguf, args.out, overwrite=args.overwrite, dtype=args.dtype)
-    print(f"wrote {out} (run it with: mlx_lm.generate --model {out} --prompt \"Hello\")")
+    print(f'wrote {out} (run it with: mlx_lm.generate --model {out} --prompt "Hello")')
     return 0

@@ -38,15 +38,23 @@ def run(args) -> int:
     chat = False if args.raw else None
     if args.json:
         result = ss.generate(
-            loaded, prompt, max_tokens=args.max_tokens, sampling=sampling,
-            decoder=args.decoder, chat=chat,
+            loaded,
+            prompt,
+            max_tokens=args.max_tokens,
+            sampling=sampling,
+            decoder=args.decoder,
+            chat=chat,
         )
         print(json.dumps(result.to_json(), ensure_ascii=False))
         return 0
     stats = None
     for chunk in ss.stream_generate(
-        loaded, prompt, max_tokens=args.max_tokens, sampling=sampling,
-        decoder=args.decoder, chat=chat,
+        loaded,
+        prompt,
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        decoder=args.decoder,
+        chat=chat,
     ):
         sys.stdout.write(chunk.text)
         sys.stdout.flush()

@@ -8,7 +8,7 @@ import os
 
 from .backend import preload_blas
 
-# transformers (used by mlx-lm for tokenizers) advises installing PyTorch on import; we never need it.
+# transformers (mlx-lm uses it for tokenizers) advises installing PyTorch on import: not needed.
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 preload_blas()  # must run before mlx.core is imported anywhere below
 

@@ -1,1 +1,1 @@
-"""Decoders: each turns a prompt into successive lists of accepted token ids, one per forward pass."""
+"""Decoders: each turns a prompt into lists of accepted token ids, one list per forward pass."""

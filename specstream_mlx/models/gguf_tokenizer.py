@@ -15,9 +15,7 @@ _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 
 _BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
 _PRE_TOKENIZERS = {
-    "smollm": pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), _BYTE_LEVEL]
-    ),
+    "smollm": pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _BYTE_LEVEL]),
     "gpt2": _BYTE_LEVEL,
     "default": _BYTE_LEVEL,
 }

@@ -121,8 +121,10 @@ def _set_precision(model: nn.Module, precision: str) -> None:
     dequantize_model(model)
     dtype = _DTYPES[precision]
     model.update(
-        tree_map(lambda a: a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a,
-                 model.parameters())
+        tree_map(
+            lambda a: a.astype(dtype) if mx.issubdtype(a.dtype, mx.floating) else a,
+            model.parameters(),
+        )
     )
 
 

@@ -1,0 +1,60 @@
+"""BLAS and precision choice on the CPU backend."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from specstream_mlx import backend
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="OpenBLAS preload is Linux-only")
+def test_openblas_is_loaded_before_mlx():
+    status = backend.preload_blas()
+    assert status.library is not None and status.fast, status
+    maps = open("/proc/self/maps").read()
+    assert "libopenblas" in maps
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="OpenBLAS preload is Linux-only")
+@pytest.mark.parametrize(
+    "code, reason",
+    [
+        ("import specstream_mlx.backend as b; print(b.preload_blas().reason)", "disabled"),
+        (
+            "import mlx.core, specstream_mlx.backend as b; print(b.preload_blas().reason)",
+            "imported before",
+        ),
+    ],
+)
+def test_blas_status_explains_itself(code, reason):
+    env = {"SPECSTREAM_BLAS": "none"} if reason == "disabled" else {}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+    )
+    assert reason in proc.stdout, proc.stderr
+
+
+def test_slow_blas_warns_once_with_the_fix():
+    code = (
+        "import warnings, mlx.core, specstream_mlx.backend as b\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always'); b.warn_if_slow_blas(); b.warn_if_slow_blas()\n"
+        "print(len(w), w[0].message if w else '')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if platform.system() == "Linux":
+        assert proc.stdout.startswith("1 ") and "libopenblas0-pthread" in proc.stdout
+    else:
+        assert proc.stdout.startswith("0")
+
+
+def test_precision_resolution():
+    assert backend.resolve_precision("auto") == ("float32" if backend.on_cpu() else "stored")
+    assert backend.resolve_precision("bfloat16") == "bfloat16"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        backend.resolve_precision("int3")

@@ -1,0 +1,125 @@
+"""The `specstream` console script run as a user runs it: bad input gives one clear line, exit 2."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from specstream_mlx.models.loader import default_gguf_path
+
+
+def specstream(*args, stdin=None, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "specstream_apps.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_clean_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_generate_json_on_default_model():
+    proc = specstream("generate", "--prompt", "What is the capital of France?", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["text"] == "The capital of France is Paris."
+    assert out["decoder"] == "ar" and out["model"] == "smollm2-135m-instruct"
+    assert out["stats"]["mean_accepted_tokens"] == 1.0
+
+
+def test_generate_streams_text_and_stats(tiny_folders):
+    proc = specstream(
+        "generate",
+        "--model",
+        str(tiny_folders["llama"]),
+        "--prompt",
+        "-",
+        "--max-tokens",
+        "5",
+        stdin="hello from stdin",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "5 tokens" in proc.stderr and "tokens/s" in proc.stderr
+
+
+def test_help_everywhere():
+    for args in ([], ["generate"], ["export-model"]):
+        proc = specstream(*args, "--help")
+        assert proc.returncode == 0 and "usage: specstream" in proc.stdout
+
+
+def test_unknown_model_lists_what_was_tried(tmp_path):
+    proc = specstream("generate", "--prompt", "hi", "--model", str(tmp_path / "nope"))
+    assert_clean_error(proc, "not found", "tried", "does not exist")
+    proc = specstream("generate", "--prompt", "hi", "--model", str(tmp_path))
+    assert_clean_error(proc, "no config.json")
+    proc = specstream("generate", "--prompt", "hi", "--model", "nobody/no-such-model")
+    assert_clean_error(proc, "Hugging Face hub id nobody/no-such-model")
+
+
+def test_corrupt_and_truncated_gguf(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"this is not a gguf file" * 10)
+    env = {"SPECSTREAM_CACHE": str(tmp_path / "cache")}
+    assert_clean_error(
+        specstream("generate", "--prompt", "hi", "--model", str(junk), env=env),
+        "cannot read GGUF",
+        "corrupt or truncated",
+    )
+    truncated = tmp_path / "truncated.gguf"
+    with open(default_gguf_path(), "rb") as src:
+        truncated.write_bytes(src.read(5_000_000))
+    assert_clean_error(
+        specstream("generate", "--prompt", "hi", "--model", str(truncated), env=env),
+        "cannot read GGUF",
+        "corrupt or truncated",
+    )
+
+
+def test_truncated_safetensors(tmp_path, tiny_folders):
+    broken = shutil.copytree(tiny_folders["llama"], tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    assert_clean_error(
+        specstream("generate", "--prompt", "hi", "--model", str(broken)), "corrupt or truncated"
+    )
+
+
+def test_prompt_longer_than_context(tiny_folders):
+    proc = specstream(
+        "generate", "--prompt", "y" * 600, "--raw", "--model", str(tiny_folders["llama"])
+    )
+    assert_clean_error(proc, "600 tokens", "context holds 256")
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--prompt", ""], "prompt is empty"),
+        (["--prompt", "hi", "--max-tokens", "0"], "--max-tokens"),
+        (["--prompt", "hi", "--max-tokens", "lots"], "--max-tokens"),
+        (["--prompt", "hi", "--temp", "-1"], "temperature must be >= 0"),
+        (["--prompt", "hi", "--top-p", "0"], "--top-p"),
+        (["--prompt", "hi", "--top-k", "-3"], "--top-k"),
+        (["--prompt", "hi", "--decoder", "nope"], "--decoder"),
+        (["--prompt", "hi", "--precision", "int3"], "--precision"),
+        (["--prompt", "hi", "--no-such-flag"], "unrecognized arguments"),
+        ([], "required: --prompt"),
+    ],
+)
+def test_invalid_flags(flags, fragment, tiny_folders):
+    proc = specstream("generate", "--model", str(tiny_folders["llama"]), *flags)
+    assert_clean_error(proc, fragment)

@@ -1,0 +1,44 @@
+"""Tiny random models of every supported family load from folders and decode correctly."""
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+
+import specstream_mlx as ss
+
+from .tiny import FAMILIES
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def tiny(request, tiny_folders):
+    return ss.load(str(tiny_folders[request.param]))
+
+
+def test_loads_in_float32_with_tokenizer(tiny):
+    dtypes = {p.dtype for _, p in tree_flatten(tiny.model.parameters())}
+    assert dtypes == {mx.float32}
+    assert tiny.tokenizer.decode(tiny.tokenizer.encode("héllo wörld")) == "héllo wörld"
+    assert tiny.eos_token_ids == {tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_cached_logits_equal_uncached(tiny):
+    ids = mx.array(tiny.tokenizer.encode("The quick brown fox jumps"))[None]
+    full = tiny.model(ids)
+    cache = make_prompt_cache(tiny.model)
+    first = tiny.model(ids[:, :10], cache=cache)
+    rest = [tiny.model(ids[:, i : i + 1], cache=cache) for i in range(10, ids.shape[1])]
+    stepped = mx.concatenate([first] + rest, axis=1)
+    assert mx.abs(full - stepped).max().item() <= 1e-4
+
+
+def test_plain_greedy_equals_uncached_argmax(tiny):
+    result = ss.generate(tiny, "Once upon a time", max_tokens=10)
+    prompt = tiny.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Once upon a time"}], add_generation_prompt=True
+    )
+    ids = list(prompt)
+    for _ in range(len(result.token_ids)):
+        ids.append(mx.argmax(tiny.model(mx.array(ids)[None])[0, -1]).item())
+    assert ids[len(prompt) :] == result.token_ids
+    assert 1 <= len(result.token_ids) <= 10

@@ -1,0 +1,85 @@
+"""The generation API: stops, limits, streaming, and the --json contract."""
+
+import mlx.core as mx
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.generate import encode_prompt
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folders):
+    return ss.load(str(tiny_folders["qwen3"]))
+
+
+def greedy_continuation(loaded, ids, n):
+    ids = list(ids)
+    for _ in range(n):
+        ids.append(mx.argmax(loaded.model(mx.array(ids)[None])[0, -1]).item())
+    return ids[-n:]
+
+
+def test_max_tokens_cuts_exactly(tiny):
+    for n in (1, 2, 7):
+        result = ss.generate(tiny, "abc", max_tokens=n)
+        assert len(result.token_ids) == n and result.finish_reason == "length"
+        assert result.stats.forward_passes == n
+
+
+def test_eos_stops_and_is_not_output(tiny):
+    prompt = encode_prompt(tiny, "abc")
+    expected = greedy_continuation(tiny, prompt, 6)
+    # Declare the 4th greedy token an EOS: generation must stop right before it.
+    tiny.eos_token_ids.add(expected[3])
+    try:
+        result = ss.generate(tiny, prompt, max_tokens=20)
+    finally:
+        tiny.eos_token_ids.discard(expected[3])
+    cut = expected.index(expected[3])
+    assert result.token_ids == expected[:cut]
+    assert result.finish_reason == "stop"
+    assert result.stats.mean_accepted_tokens == 1.0
+
+
+def test_stream_pieces_join_to_generate_text(tiny):
+    chunks = list(ss.stream_generate(tiny, "Hello there", max_tokens=12))
+    whole = ss.generate(tiny, "Hello there", max_tokens=12)
+    assert "".join(c.text for c in chunks) == whole.text
+    assert [t for c in chunks for t in c.token_ids] == whole.token_ids
+    assert chunks[-1].finish_reason is not None
+    assert all(c.finish_reason is None for c in chunks[:-1])
+
+
+def test_generation_stops_at_full_context(tiny):
+    prompt = [65] * (tiny.context_length - 3)
+    result = ss.generate(tiny, prompt, max_tokens=50)
+    assert len(result.token_ids) <= 3 and result.finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize(
+    "prompt, kwargs, message",
+    [
+        ("", {}, "prompt is empty"),
+        ("   ", {}, "prompt is empty"),
+        ("x" * 400, {"chat": False}, "context holds 256"),
+        ("hi", {"max_tokens": 0}, "max_tokens must be >= 1"),
+        ("hi", {"decoder": "medusa"}, "decoder must be one of"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tiny, prompt, kwargs, message):
+    with pytest.raises(ss.SpecstreamError, match=message):
+        ss.generate(tiny, prompt, **kwargs)
+
+
+def test_json_contract(tiny):
+    out = ss.generate(tiny, "hi", max_tokens=3).to_json()
+    assert {"text", "token_ids", "decoder", "model", "adapter", "stats"} <= set(out)
+    assert {
+        "prompt_tokens",
+        "generated_tokens",
+        "forward_passes",
+        "mean_accepted_tokens",
+        "tokens_per_second",
+        "wall_seconds",
+    } <= set(out["stats"])
+    assert out["decoder"] == "ar" and out["stats"]["mean_accepted_tokens"] == 1.0
