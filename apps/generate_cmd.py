@@ -60,6 +60,7 @@ def run(args) -> int:
         sys.stdout.flush()
         stats = chunk.stats
     sys.stdout.write("\n")
+    sys.stdout.flush()
     s = stats.to_dict()
     print(
         f"[{args.decoder}] {s['generated_tokens']} tokens, {s['tokens_per_second']} tokens/s, "

@@ -1,7 +1,6 @@
 """Golden tests on the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF)."""
 
 import json
-import math
 from pathlib import Path
 
 import mlx.core as mx
@@ -9,17 +8,10 @@ import pytest
 
 import specstream_mlx as ss
 from specstream_mlx.generate import encode_prompt
+from specstream_mlx.metrics import perplexity
 from specstream_mlx.models.gguf import _unpermute_rows
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "llamacpp_reference.json").read_text())
-
-
-def perplexity(loaded, ids):
-    x = mx.array(ids)[None]
-    logits = loaded.model(x[:, :-1]).astype(mx.float32)
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    nll = -mx.take_along_axis(logprobs, x[:, 1:, None], axis=-1).mean()
-    return math.exp(nll.item())
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +29,8 @@ def test_config_read_from_gguf(default_model):
 
 
 def test_perplexity_on_wikitext2(default_model, wikitext_ids):
-    ppl_1024 = perplexity(default_model, wikitext_ids[:1024])
-    ppl_512 = perplexity(default_model, wikitext_ids[:512])
+    ppl_1024 = perplexity(default_model.model, wikitext_ids[:1024])
+    ppl_512 = perplexity(default_model.model, wikitext_ids[:512])
     assert ppl_1024 <= 15
     # llama.cpp on the same GGUF and the same tokens (it quantizes activations to 8 bits, we keep
     # float32): within 2%. A wrong Q/K layout gives a perplexity in the hundreds.
@@ -61,7 +53,7 @@ def test_qk_layout_matters(default_model, wikitext_ids):
             assert mx.array_equal(_unpermute_rows(interleave(q, 9), 9), q)
             layer.self_attn.q_proj.weight = interleave(q, 9)
             layer.self_attn.k_proj.weight = interleave(layer.self_attn.k_proj.weight, 3)
-        assert perplexity(default_model, wikitext_ids[:256]) > 100
+        assert perplexity(default_model.model, wikitext_ids[:256]) > 100
     finally:
         for layer, (q, k) in zip(attn, saved, strict=True):
             layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight = q, k
