@@ -12,12 +12,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
+import mlx.core as mx
+
 from .decoding.plain import plain_decode
+from .decoding.speculative import speculative_decode
 from .errors import SpecstreamError
+from .models.arch import arch_of
 from .models.loader import LoadedModel
 from .sampling import Sampler, SamplingParams
+from .streams.config import StreamConfig
+from .streams.params import StreamParams
 
-DECODERS = ("ar",)
+DECODERS = ("ar", "ss")
 
 
 @dataclass
@@ -28,6 +34,8 @@ class GenerationStats:
     generated_tokens: int = 0  # tokens in the output (a final EOS is not output)
     accepted_tokens: int = 0  # tokens the passes decided, a final EOS included
     forward_passes: int = 0  # decoding passes; the prefill pass that yields the first token counts
+    tree_nodes: int = 0  # drafted tree nodes over all passes, before pruning
+    tree_nodes_kept: int = 0  # after pruning
     prompt_seconds: float = 0.0  # time to the first token (prefill included)
     wall_seconds: float = 0.0
 
@@ -86,6 +94,15 @@ class GenerationResult:
         }
 
 
+def default_streams(loaded: LoadedModel, config: StreamConfig | None = None) -> StreamParams:
+    """Untrained streams for `loaded`, made once and kept on it."""
+    if loaded.streams is None:
+        config = (config or StreamConfig()).validate(loaded.config["num_hidden_layers"])
+        loaded.streams = StreamParams(config, loaded.config["hidden_size"])
+        mx.eval(loaded.streams.parameters())
+    return loaded.streams
+
+
 def encode_prompt(loaded: LoadedModel, prompt: str | list[dict], chat: bool | None = None):
     """Token ids for a prompt string (or a list of chat messages).
 
@@ -118,11 +135,14 @@ def stream_generate(
     sampling: SamplingParams | None = None,
     decoder: str = "ar",
     chat: bool | None = None,
+    streams: StreamParams | None = None,
+    draft_override=None,
 ) -> Iterator[GenerationChunk]:
     """Generate from `prompt` (text, chat messages, or token ids), yielding text as it is decided.
 
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
-    model's context is full.
+    model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
+    untrained streams, which keep the output exact but accept few tokens).
     """
     if decoder not in DECODERS:
         raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
@@ -147,9 +167,19 @@ def stream_generate(
     detokenizer = loaded.tokenizer.detokenizer
     detokenizer.reset()
     start = time.perf_counter()
-    steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling))
-    for accepted in steps:
+    if decoder == "ss":
+        if not sampling.greedy:
+            raise SpecstreamError("the ss decoder is greedy for now: use --temp 0 or --decoder ar")
+        params = streams or default_streams(loaded)
+        arch = arch_of(loaded.model, loaded.config["model_type"])
+        steps = speculative_decode(loaded.model, arch, params, prompt_ids, budget, draft_override)
+    else:
+        steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling))
+    for step in steps:
+        accepted = step.tokens
         stats.forward_passes += 1
+        stats.tree_nodes += step.tree_nodes
+        stats.tree_nodes_kept += step.tree_nodes_kept
         if stats.forward_passes == 1:
             stats.prompt_seconds = time.perf_counter() - start
         finish = None
@@ -182,11 +212,18 @@ def generate(
     sampling: SamplingParams | None = None,
     decoder: str = "ar",
     chat: bool | None = None,
+    streams: StreamParams | None = None,
 ) -> GenerationResult:
     """Run `stream_generate` to the end and return the whole text, token ids and statistics."""
     pieces, tokens, finish, stats = [], [], "length", GenerationStats()
     for chunk in stream_generate(
-        loaded, prompt, max_tokens=max_tokens, sampling=sampling, decoder=decoder, chat=chat
+        loaded,
+        prompt,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        decoder=decoder,
+        chat=chat,
+        streams=streams,
     ):
         pieces.append(chunk.text)
         tokens.extend(chunk.token_ids)

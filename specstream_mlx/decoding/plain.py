@@ -8,6 +8,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from .step import Step
+
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
 
 
@@ -25,8 +27,8 @@ def plain_decode(
     prompt_ids: list[int],
     max_tokens: int,
     sample: Callable[[mx.array], mx.array],
-) -> Iterator[list[int]]:
-    """Yield one token per forward pass, `[token]`, at most `max_tokens` times.
+) -> Iterator[Step]:
+    """Yield one token per forward pass, at most `max_tokens` times.
 
     The next forward pass is queued (`mx.async_eval`) before the current token is handed out, so
     the caller's detokenizing and printing overlap with the model's work.
@@ -38,6 +40,6 @@ def plain_decode(
         if n + 1 < max_tokens:
             next_token = sample(model(token.reshape(1, 1), cache=cache)[0, -1])
             mx.async_eval(next_token)
-        yield [token.item()]
+        yield Step([token.item()])
         if n + 1 < max_tokens:
             token = next_token

@@ -43,6 +43,7 @@ class LoadedModel:
     precision: str  # float32 | float16 | bfloat16 | stored
     context_length: int
     eos_token_ids: set[int] = field(default_factory=set)
+    streams: object = None  # StreamParams of the active adapter (or untrained ones)
 
 
 def cache_dir() -> Path:

@@ -1,0 +1,67 @@
+"""Speculative Streaming decoding (greedy, lossless): each forward pass verifies the previous
+tree draft and drafts the next one from the streams of the last accepted node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from ..models.arch import Arch
+from ..streams.params import StreamParams
+from .kv import compact
+from .plain import PREFILL_CHUNK
+from .step import Step
+from .tree import accept_greedy, draft_tree
+from .tree_step import tree_forward
+
+# Test hook: given the tokens decided so far, the tokens each stream should propose.
+DraftOverride = Callable[[list[int]], list[list[int]]]
+
+
+def speculative_decode(
+    model: nn.Module,
+    arch: Arch,
+    params: StreamParams,
+    prompt_ids: list[int],
+    max_tokens: int,
+    draft_override: DraftOverride | None = None,
+) -> Iterator[Step]:
+    """Yield the tokens each forward pass accepts until `max_tokens` are decided."""
+    cfg = params.config
+    n_low = len(arch.layers) - cfg.n_msa_layers
+    caches = make_prompt_cache(model)
+    prefix = mx.array(prompt_ids[:-1])
+    for start in range(0, prefix.size, PREFILL_CHUNK):
+        model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
+        mx.eval([c.state for c in caches])
+    root, stream_tokens, decided = prompt_ids[-1], [], 0
+    history = list(prompt_ids)
+    while decided < max_tokens:
+        tree = draft_tree(root, stream_tokens)
+        offset = caches[0].offset
+        out = tree_forward(arch, params, tree, caches, offset)
+        argmax = mx.argmax(out.main_logits, axis=-1).tolist()
+        path = accept_greedy(tree, out.survivors, argmax)
+        nodes = [out.survivors[m] for m in path]
+        compact_layers(caches, n_low, offset, nodes, path)
+        tokens = [tree.tokens[n] for n in nodes[1:]] + [argmax[path[-1]]]
+        tokens = tokens[: max_tokens - decided]
+        decided += len(tokens)
+        history.extend(tokens)
+        root = tokens[-1]
+        if draft_override is not None:
+            stream_tokens = draft_override(history)
+        else:
+            logits = arch.lm_head(arch.norm(out.stream_hidden[path[-1]]))  # (gamma, V)
+            stream_tokens = mx.argsort(-logits, axis=-1)[:, : cfg.top_k].tolist()
+        yield Step(tokens, len(tree), len(out.survivors))
+
+
+def compact_layers(caches, n_low: int, offset: int, nodes: list[int], path: list[int]) -> None:
+    """Keep the accepted path in every layer: below the pruning point the caches hold every tree
+    node (index = node), above it only the survivors (index = survivor position)."""
+    for i, cache in enumerate(caches):
+        compact(cache, offset, nodes if i < n_low else path)

@@ -1,0 +1,82 @@
+"""The draft tree: built from stream top-k tokens, flattened, with its ancestors-only mask,
+per-node rotary positions, pruning, and greedy verification (paper Section 2.3, Appendix G.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Tree:
+    """A flattened draft tree; node 0 is the root (the last decided token, not yet in the cache)."""
+
+    tokens: list[int]
+    parents: list[int]  # parent node index, -1 for the root
+    depths: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def ancestors(self) -> np.ndarray:
+        """(N, N) bool: [i, j] is True when node j is node i or one of its ancestors."""
+        n = len(self)
+        anc = np.eye(n, dtype=bool)
+        for i in range(1, n):  # parents come before children in the flattened order
+            anc[i] |= anc[self.parents[i]]
+        return anc
+
+
+def draft_tree(root: int, stream_tokens: list[list[int]]) -> Tree:
+    """Root, then stream_tokens[0] as its children, and every token of stream j+1 as a child of
+    every node of stream j: 1 + k + k^2 + ... nodes."""
+    tokens, parents, depths = [root], [-1], [0]
+    level = [0]
+    for depth, candidates in enumerate(stream_tokens, start=1):
+        next_level = []
+        for parent in level:
+            for token in candidates:
+                next_level.append(len(tokens))
+                tokens.append(token)
+                parents.append(parent)
+                depths.append(depth)
+        level = next_level
+    return Tree(tokens, parents, depths)
+
+
+def prune(tree: Tree, transition: np.ndarray, threshold: float, max_nodes: int) -> list[int]:
+    """Nodes kept: the root, then children whose parent->child probability `transition[i]` is at
+    least `threshold`, most probable paths first, at most `max_nodes`, never a child without its
+    parent. Returns node indices in increasing (parents-first) order."""
+    path = np.ones(len(tree))
+    for i in range(1, len(tree)):
+        path[i] = path[tree.parents[i]] * transition[i]
+    kept = {0}
+    # Path probabilities never grow with depth, so this order visits parents before children.
+    for i in sorted(range(1, len(tree)), key=lambda i: (-path[i], tree.depths[i], i)):
+        if len(kept) >= max_nodes:
+            break
+        if transition[i] >= threshold and tree.parents[i] in kept:
+            kept.add(i)
+    return sorted(kept)
+
+
+def accept_greedy(tree: Tree, survivors: list[int], argmax: list[int]) -> list[int]:
+    """The longest root path whose every child token equals its parent's greedy choice.
+
+    `argmax[m]` is the main stream's greedy token at survivor m. Returns survivor positions
+    (indices into `survivors`) of the accepted path, root first.
+    """
+    local = {node: m for m, node in enumerate(survivors)}
+    children: dict[int, list[int]] = {}
+    for node in survivors[1:]:
+        children.setdefault(tree.parents[node], []).append(node)
+    path = [0]
+    while True:
+        node = survivors[path[-1]]
+        want = argmax[path[-1]]
+        nxt = next((c for c in children.get(node, []) if tree.tokens[c] == want), None)
+        if nxt is None:
+            return path
+        path.append(local[nxt])

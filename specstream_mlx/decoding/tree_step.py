@@ -1,0 +1,88 @@
+"""One forward pass over a draft tree: verify it with the main stream and run the speculative
+streams of every surviving node (paper eqs. 2, 4, 5). The decoder runs the layer loop itself
+because mlx-lm models build their own causal mask inside `__call__`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from ..models.arch import Arch
+from ..streams.params import StreamParams
+from .kv import MainOnlyCache
+from .tree import Tree, prune
+
+
+@dataclass
+class TreeOutput:
+    survivors: list[int]  # tree node indices that entered the MSA layers
+    main_logits: mx.array  # (M, V) main-stream logits of the survivors
+    stream_hidden: mx.array  # (M, gamma, d) last hidden states of their streams
+
+
+def _lower_mask(tree: Tree, prefix: int) -> mx.array:
+    anc = tree.ancestors()  # (N, N)
+    return mx.array(np.concatenate([np.ones((len(tree), prefix), bool), anc], axis=1))
+
+
+def _msa_mask(anc: np.ndarray, prefix: int, gamma: int, shared: bool) -> mx.array:
+    """Rows: M main, then M*gamma streams (node m, stream j at M + m*gamma + j).
+    Columns: prefix | M main | M*gamma streams. Stream j of node m sees the prefix, m and its
+    ancestors, and streams 1..j of m; the main stream sees only main rows (lossless), or also
+    its own node's streams (shared mode)."""
+    m = anc.shape[0]
+    main = np.concatenate([np.ones((m, prefix), bool), anc, np.zeros((m, m * gamma), bool)], 1)
+    own = np.kron(np.eye(m, dtype=bool), np.ones((1, gamma), bool))  # (M, M*gamma)
+    if shared:
+        main[:, prefix + m :] = own
+    stream_ctx = np.repeat(anc, gamma, axis=0)  # (M*gamma, M)
+    causal = np.tril(np.ones((gamma, gamma), bool))
+    stream_self = np.kron(np.eye(m, dtype=bool), causal)  # (M*gamma, M*gamma)
+    streams = np.concatenate([np.ones((m * gamma, prefix), bool), stream_ctx, stream_self], 1)
+    return mx.array(np.concatenate([main, streams], axis=0))
+
+
+def tree_forward(
+    arch: Arch, params: StreamParams, tree: Tree, caches: list, prefix: int
+) -> TreeOutput:
+    cfg = params.config
+    n_low = len(arch.layers) - cfg.n_msa_layers
+    depths = mx.array(tree.depths)
+    h = arch.embed(mx.array(tree.tokens)[None])  # (1, N, d)
+    mask = _lower_mask(tree, prefix)
+    with arch.positions(depths + prefix):
+        for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
+            h = layer(h, mask, cache)
+
+    survivors = list(range(len(tree)))
+    if len(tree) > 1:
+        # Early-exit transition probabilities parent -> child from the pruning head.
+        parents = sorted({p for p in tree.parents[1:]})
+        z = arch.lm_head(arch.norm(h[0, parents] + params.prune(h[0, parents])))  # (P, V)
+        probs = mx.softmax(z.astype(mx.float32), axis=-1)
+        row = {p: i for i, p in enumerate(parents)}
+        rows = mx.array([row[p] for p in tree.parents[1:]])
+        cols = mx.array(tree.tokens[1:])
+        transition = np.concatenate([[1.0], np.array(probs[rows, cols])])
+        survivors = prune(tree, transition, cfg.prune_threshold, cfg.max_tree_nodes)
+
+    m, gamma = len(survivors), cfg.gamma
+    main = h[:, survivors]  # (1, M, d)
+    streams = main[0, :, None, :] + params.stream_embeddings[None]  # (M, gamma, d)
+    x = mx.concatenate([main, streams.reshape(1, m * gamma, -1)], axis=1)  # (1, M(1+g), d)
+    kept_depths = depths[mx.array(survivors)]
+    positions = mx.concatenate([kept_depths, mx.repeat(kept_depths, gamma)]) + prefix
+    anc = tree.ancestors()[np.ix_(survivors, survivors)]
+    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared")
+    with arch.positions(positions):
+        for i, (layer, cache) in enumerate(zip(arch.layers[n_low:], caches[n_low:], strict=True)):
+            x = x + layer.self_attn(layer.input_layernorm(x), mask, MainOnlyCache(cache, m))
+            n = layer.post_attention_layernorm(x)
+            out = x + layer.mlp(n)
+            if cfg.mode == "lossless":  # stream adapters act on stream rows only
+                out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
+            x = out
+    main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
+    return TreeOutput(survivors, main_logits, x[0, m:].reshape(m, gamma, -1))

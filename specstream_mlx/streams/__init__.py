@@ -1,0 +1,1 @@
+"""Speculative streams: configuration and parameters (embeddings, adapters, pruning head)."""

@@ -1,0 +1,51 @@
+"""StreamConfig: the shape of the speculative streams and of the tree they draft."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from ..errors import SpecstreamError
+
+MODES = ("lossless", "shared")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    gamma: int = 4  # speculative streams per token; stream j predicts the token j after the next
+    n_msa_layers: int = 4  # N_s: the top layers that run main stream and streams together
+    top_k: int = 3  # tokens taken from each stream's logits to grow the tree
+    max_tree_nodes: int = 32  # node cap after pruning (root included)
+    prune_threshold: float = 0.0  # drop a child whose early-exit transition probability is lower
+    stream_adapter_rank: int = 8
+    prune_rank: int = 8
+    mode: str = "lossless"
+
+    def validate(self, n_layers: int | None = None) -> StreamConfig:
+        """Raise one SpecstreamError listing every out-of-range field."""
+        problems = []
+        if not 1 <= self.gamma <= 16:
+            problems.append(f"gamma must be in [1, 16], got {self.gamma}")
+        if self.n_msa_layers < 1 or (n_layers is not None and self.n_msa_layers >= n_layers):
+            limit = f"[1, {n_layers - 1}]" if n_layers else ">= 1"
+            problems.append(f"n_msa_layers must be in {limit}, got {self.n_msa_layers}")
+        if not 1 <= self.top_k <= 64:
+            problems.append(f"top_k must be in [1, 64], got {self.top_k}")
+        if self.max_tree_nodes < 1:
+            problems.append(f"max_tree_nodes must be >= 1, got {self.max_tree_nodes}")
+        if not 0 <= self.prune_threshold < 1:
+            problems.append(f"prune_threshold must be in [0, 1), got {self.prune_threshold}")
+        if self.stream_adapter_rank < 1 or self.prune_rank < 1:
+            problems.append("stream_adapter_rank and prune_rank must be >= 1")
+        if self.mode not in MODES:
+            problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if problems:
+            raise SpecstreamError("bad stream config: " + "; ".join(problems))
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StreamConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})

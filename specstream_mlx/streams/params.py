@@ -1,0 +1,47 @@
+"""The parameters speculative streams add to a base model (paper eq. 4, Appendix C)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+
+from .config import StreamConfig
+
+
+class LowRank(nn.Module):
+    """x -> (x @ a) @ b, a: (d, r), b: (r, d). b starts at zero, so an untrained one adds 0."""
+
+    def __init__(self, dims: int, rank: int):
+        super().__init__()
+        self.a = mx.random.normal((dims, rank)) * dims**-0.5
+        self.b = mx.zeros((rank, dims))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return (x @ self.a) @ self.b
+
+
+class StreamParams(nn.Module):
+    """Stream identifier embeddings P_j (gamma, d), one stream adapter per MSA layer (applied to
+    stream rows of the MLP path only, lossless mode), and the pruning projection
+    o(h) = h + low_rank(h) (identity at init) whose output feeds the base head (early exit)."""
+
+    def __init__(self, config: StreamConfig, dims: int):
+        super().__init__()
+        self.config = config
+        self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
+        self.adapters = [
+            LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
+        ]
+        self.prune = LowRank(dims, config.prune_rank)
+
+    def randomize(self, seed: int) -> StreamParams:
+        """Random values for every stream parameter: exactness must hold for any streams."""
+        flat = tree_flatten(self.parameters())
+        keys = mx.random.split(mx.random.key(seed), len(flat))
+        new = [
+            (name, mx.random.normal(v.shape, key=k) * v.shape[-1] ** -0.5)
+            for (name, v), k in zip(flat, keys, strict=True)
+        ]
+        self.update(tree_unflatten(new))
+        return self
