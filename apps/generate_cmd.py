@@ -14,7 +14,51 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("generate", help=HELP, description=HELP)
     p.add_argument("--prompt", required=True, help="the prompt text, or - to read it from stdin")
     add_model_args(p)
-    p.add_argument("--decoder", choices=["ar"], default="ar", help="ar: plain decoding")
+    p.add_argument(
+        "--decoder",
+        choices=["ar", "ss"],
+        default="ar",
+        help="ar: plain decoding; ss: Speculative Streaming (greedy, lossless)",
+    )
+    p.add_argument("--adapter", default=None, help="stream adapter folder for --decoder ss")
+    p.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=[4, 8],
+        default=None,
+        help="quantize the KV cache to 4 or 8 bits",
+    )
+    tree = p.add_argument_group("speculative tree (--decoder ss)")
+    tree.add_argument(
+        "--gamma",
+        type=positive_int,
+        default=None,
+        help="streams per token (untrained streams only; default 4)",
+    )
+    tree.add_argument(
+        "--msa-layers",
+        type=positive_int,
+        default=None,
+        help="top layers running the streams (untrained streams only; default 4)",
+    )
+    tree.add_argument(
+        "--tree-top-k",
+        type=positive_int,
+        default=None,
+        help="tokens per stream in the draft tree (default 3)",
+    )
+    tree.add_argument(
+        "--max-tree-nodes",
+        type=positive_int,
+        default=None,
+        help="node cap after pruning (default 32)",
+    )
+    tree.add_argument(
+        "--prune-threshold",
+        type=float,
+        default=None,
+        help="minimum early-exit transition probability of a child (default 0)",
+    )
     p.add_argument("--max-tokens", type=positive_int, default=256, help="default: 256")
     p.add_argument("--temp", type=temperature, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=probability, default=1.0, help="nucleus mass in (0, 1]")
@@ -34,28 +78,24 @@ def run(args) -> int:
     sampling = ss.SamplingParams(args.temp, args.top_p, args.top_k, args.seed)
     if not prompt.strip():
         raise ss.SpecstreamError("the prompt is empty")
-    loaded = ss.load(args.model, precision=args.precision)
-    chat = False if args.raw else None
-    if args.json:
-        result = ss.generate(
-            loaded,
-            prompt,
-            max_tokens=args.max_tokens,
-            sampling=sampling,
-            decoder=args.decoder,
-            chat=chat,
-        )
-        print(json.dumps(result.to_json(), ensure_ascii=False))
-        return 0
-    stats = None
-    for chunk in ss.stream_generate(
-        loaded,
-        prompt,
+    if args.adapter and args.decoder != "ss":
+        raise ss.SpecstreamError("--adapter needs --decoder ss")
+    loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
+    if args.decoder == "ss":
+        loaded.streams = stream_params(loaded, args)
+    common = dict(
         max_tokens=args.max_tokens,
         sampling=sampling,
         decoder=args.decoder,
-        chat=chat,
-    ):
+        chat=False if args.raw else None,
+        kv_bits=args.kv_bits,
+    )
+    if args.json:
+        result = ss.generate(loaded, prompt, **common)
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+        return 0
+    stats = None
+    for chunk in ss.stream_generate(loaded, prompt, **common):
         sys.stdout.write(chunk.text)
         sys.stdout.flush()
         stats = chunk.stats
@@ -69,3 +109,35 @@ def run(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def stream_params(loaded, args):
+    """The adapter's streams (or untrained ones) with the tree flags applied."""
+    from dataclasses import replace
+
+    from specstream_mlx import SpecstreamError
+    from specstream_mlx.generate import default_streams
+    from specstream_mlx.streams.config import StreamConfig
+
+    shape = {"gamma": args.gamma, "n_msa_layers": args.msa_layers}
+    shape = {k: v for k, v in shape.items() if v is not None}
+    tree = {
+        "top_k": args.tree_top_k,
+        "max_tree_nodes": args.max_tree_nodes,
+        "prune_threshold": args.prune_threshold,
+    }
+    tree = {k: v for k, v in tree.items() if v is not None}
+    if loaded.streams is not None:  # a trained adapter fixes gamma and the MSA layers
+        fixed = loaded.streams.config
+        clash = [
+            f"{k}={v} (adapter has {getattr(fixed, k)})"
+            for k, v in shape.items()
+            if getattr(fixed, k) != v
+        ]
+        if clash:
+            raise SpecstreamError("the adapter fixes " + ", ".join(clash))
+        params = loaded.streams
+    else:
+        params = default_streams(loaded, StreamConfig(**shape))
+    params.config = replace(params.config, **tree).validate(loaded.config["num_hidden_layers"])
+    return params

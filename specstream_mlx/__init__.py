@@ -26,9 +26,18 @@ from .sampling import SamplingParams  # noqa: E402
 __version__ = "0.1.0"
 
 
-def load(model: str | None = None, precision: str = "auto") -> LoadedModel:
-    """Load a model by name, path or hub id (None: the default SmolLM2-135M-Instruct)."""
-    return load_model(model, precision=precision)
+def load(
+    model: str | None = None, adapter: str | None = None, precision: str = "auto"
+) -> LoadedModel:
+    """Load a model by name, path or hub id (None: the default SmolLM2-135M-Instruct), and
+    optionally a stream adapter folder for the `ss` decoder."""
+    loaded = load_model(model, precision=precision)
+    if adapter is not None:
+        from .streams.adapter_io import load_adapter
+
+        loaded.streams = load_adapter(adapter, loaded)
+        loaded.adapter = str(adapter)
+    return loaded
 
 
 __all__ = [

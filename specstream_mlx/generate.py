@@ -136,6 +136,7 @@ def stream_generate(
     decoder: str = "ar",
     chat: bool | None = None,
     streams: StreamParams | None = None,
+    kv_bits: int | None = None,
     draft_override=None,
 ) -> Iterator[GenerationChunk]:
     """Generate from `prompt` (text, chat messages, or token ids), yielding text as it is decided.
@@ -146,6 +147,8 @@ def stream_generate(
     """
     if decoder not in DECODERS:
         raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+    if kv_bits not in (None, 4, 8):
+        raise SpecstreamError(f"kv_bits must be 4 or 8 (or None), got {kv_bits}")
     if max_tokens < 1:
         raise SpecstreamError(f"max_tokens must be >= 1, got {max_tokens}")
     sampling = sampling or SamplingParams()
@@ -172,9 +175,11 @@ def stream_generate(
             raise SpecstreamError("the ss decoder is greedy for now: use --temp 0 or --decoder ar")
         params = streams or default_streams(loaded)
         arch = arch_of(loaded.model, loaded.config["model_type"])
-        steps = speculative_decode(loaded.model, arch, params, prompt_ids, budget, draft_override)
+        steps = speculative_decode(
+            loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits
+        )
     else:
-        steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling))
+        steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling), kv_bits)
     for step in steps:
         accepted = step.tokens
         stats.forward_passes += 1
@@ -213,6 +218,7 @@ def generate(
     decoder: str = "ar",
     chat: bool | None = None,
     streams: StreamParams | None = None,
+    kv_bits: int | None = None,
 ) -> GenerationResult:
     """Run `stream_generate` to the end and return the whole text, token ids and statistics."""
     pieces, tokens, finish, stats = [], [], "length", GenerationStats()
@@ -224,6 +230,7 @@ def generate(
         decoder=decoder,
         chat=chat,
         streams=streams,
+        kv_bits=kv_bits,
     ):
         pieces.append(chunk.text)
         tokens.extend(chunk.token_ids)
@@ -236,4 +243,5 @@ def generate(
         stats=stats,
         decoder=decoder,
         model=loaded.name,
+        adapter=loaded.adapter if decoder == "ss" else None,
     )

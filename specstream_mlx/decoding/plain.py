@@ -11,6 +11,15 @@ from mlx_lm.models.cache import make_prompt_cache
 from .step import Step
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
+KV_GROUP_SIZE = 32  # for quantized KV caches; must divide the head dimension
+
+
+def make_cache(model: nn.Module, kv_bits: int | None = None) -> list:
+    """mlx-lm's per-layer KV caches, quantized to `kv_bits` (4 or 8) when given."""
+    cache = make_prompt_cache(model)
+    if kv_bits:
+        cache = [c.to_quantized(group_size=KV_GROUP_SIZE, bits=kv_bits) for c in cache]
+    return cache
 
 
 def prefill(model: nn.Module, prompt: mx.array, cache: list) -> mx.array:
@@ -27,13 +36,14 @@ def plain_decode(
     prompt_ids: list[int],
     max_tokens: int,
     sample: Callable[[mx.array], mx.array],
+    kv_bits: int | None = None,
 ) -> Iterator[Step]:
     """Yield one token per forward pass, at most `max_tokens` times.
 
     The next forward pass is queued (`mx.async_eval`) before the current token is handed out, so
     the caller's detokenizing and printing overlap with the model's work.
     """
-    cache = make_prompt_cache(model)
+    cache = make_cache(model, kv_bits)
     token = sample(prefill(model, mx.array(prompt_ids), cache))
     mx.async_eval(token)
     for n in range(max_tokens):

@@ -7,12 +7,11 @@ from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
 
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .kv import compact
-from .plain import PREFILL_CHUNK
+from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
 from .tree import accept_greedy, draft_tree
 from .tree_step import tree_forward
@@ -28,11 +27,12 @@ def speculative_decode(
     prompt_ids: list[int],
     max_tokens: int,
     draft_override: DraftOverride | None = None,
+    kv_bits: int | None = None,
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass accepts until `max_tokens` are decided."""
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
-    caches = make_prompt_cache(model)
+    caches = make_cache(model, kv_bits)
     prefix = mx.array(prompt_ids[:-1])
     for start in range(0, prefix.size, PREFILL_CHUNK):
         model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)

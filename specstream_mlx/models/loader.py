@@ -44,6 +44,7 @@ class LoadedModel:
     context_length: int
     eos_token_ids: set[int] = field(default_factory=set)
     streams: object = None  # StreamParams of the active adapter (or untrained ones)
+    adapter: str | None = None  # where `streams` came from (None: untrained)
 
 
 def cache_dir() -> Path:

@@ -1,0 +1,118 @@
+"""Adapter folders: `adapters.safetensors` + `adapter_config.json` (StreamConfig, the base
+model's fingerprint, tensor shapes). Loading validates everything and reports every problem at
+once, as mlx-lm's `load_adapters` does."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten, tree_unflatten
+
+from ..errors import SpecstreamError
+from .config import StreamConfig
+from .params import StreamParams
+
+WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
+FORMAT_VERSION = 1
+_ARCH_KEYS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+
+
+def base_fingerprint(loaded) -> dict:
+    """What an adapter must match: the architecture, and the tokenizer's vocabulary."""
+    vocab = sorted(loaded.tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+    arch = {k: loaded.config.get(k) for k in _ARCH_KEYS}
+    return {**arch, "tokenizer_sha256": digest}
+
+
+def save_adapter(
+    folder: str | os.PathLike,
+    params: StreamParams,
+    loaded,
+    extra: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write an adapter folder atomically (built beside the target, then renamed)."""
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
+    weights = dict(tree_flatten(params.parameters()))
+    config = {
+        "format_version": FORMAT_VERSION,
+        "stream_config": params.config.to_dict(),
+        "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
+        "shapes": {name: list(w.shape) for name, w in weights.items()},
+        **(extra or {}),
+    }
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        mx.save_safetensors(str(tmp / WEIGHTS), weights)
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
+    """Read an adapter folder for `loaded`; one SpecstreamError lists every mismatch."""
+    folder = Path(folder)
+    if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
+        raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+        stream_config = StreamConfig.from_dict(config["stream_config"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
+    stream_config.validate(loaded.config["num_hidden_layers"])
+    problems = []
+    theirs = config.get("base_model", {}).get("fingerprint", {})
+    ours = base_fingerprint(loaded)
+    for key in ours:
+        if theirs.get(key) != ours[key]:
+            problems.append(f"base {key}: adapter has {theirs.get(key)!r}, model has {ours[key]!r}")
+    if problems:
+        raise SpecstreamError(
+            f"adapter {folder} was made for another base model "
+            f"({config.get('base_model', {}).get('name')}): " + "; ".join(problems)
+        )
+    try:
+        weights = mx.load(str(folder / WEIGHTS))
+    except Exception as exc:  # mlx raises RuntimeError/ValueError on a broken file
+        raise SpecstreamError(
+            f"cannot read {folder / WEIGHTS}: corrupt or truncated ({exc})"
+        ) from None
+    params = StreamParams(stream_config, loaded.config["hidden_size"])
+    expected = dict(tree_flatten(params.parameters()))
+    for name in sorted(set(expected) - set(weights)):
+        problems.append(f"missing tensor {name} {list(expected[name].shape)}")
+    for name in sorted(set(weights) - set(expected)):
+        problems.append(f"unexpected tensor {name}")
+    for name in sorted(set(weights) & set(expected)):
+        if weights[name].shape != expected[name].shape:
+            problems.append(
+                f"{name}: shape {list(weights[name].shape)}, expected {list(expected[name].shape)}"
+            )
+    if problems:
+        raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
+    params.update(tree_unflatten([(k, v.astype(mx.float32)) for k, v in weights.items()]))
+    mx.eval(params.parameters())
+    return params
