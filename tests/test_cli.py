@@ -123,3 +123,29 @@ def test_prompt_longer_than_context(tiny_folders):
 def test_invalid_flags(flags, fragment, tiny_folders):
     proc = specstream("generate", "--model", str(tiny_folders["llama"]), *flags)
     assert_clean_error(proc, fragment)
+
+
+def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
+    import specstream_mlx as ss
+    from specstream_mlx.streams.adapter_io import save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    model = str(tiny_folders["llama"])
+    loaded = ss.load(model)
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), 64).randomize(0)
+    adapter = save_adapter(tmp_path / "adapter", params, loaded)
+    base = ["generate", "--model", model, "--prompt", "hello", "--max-tokens", "12", "--json"]
+    plain = json.loads(specstream(*base).stdout)
+    proc = specstream(*base, "--decoder", "ss", "--adapter", str(adapter), "--tree-top-k", "2")
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads(proc.stdout)
+    assert spec["token_ids"] == plain["token_ids"]
+    assert spec["decoder"] == "ss" and spec["adapter"] == str(adapter)
+    assert spec["stats"]["tree_nodes"] >= spec["stats"]["tree_nodes_kept"] >= 1
+    clash = specstream(*base, "--decoder", "ss", "--adapter", str(adapter), "--gamma", "3")
+    assert_clean_error(clash, "the adapter fixes gamma=3 (adapter has 2)")
+    assert_clean_error(specstream(*base, "--adapter", str(adapter)), "--adapter needs --decoder ss")
+    assert_clean_error(
+        specstream(*base, "--decoder", "ss", "--adapter", str(tmp_path)), "not an adapter folder"
+    )

@@ -1,0 +1,254 @@
+"""Speculative Streaming core: lossless output equals plain greedy decoding, exactly."""
+
+import json
+import re
+
+import mlx.core as mx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+
+import specstream_mlx as ss
+from specstream_mlx.decoding.speculative import speculative_decode
+from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.decoding.tree_step import tree_forward
+from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.params import StreamParams
+
+from .tiny import FAMILIES
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tiny_folders):
+    return {family: ss.load(str(folder)) for family, folder in tiny_folders.items()}
+
+
+def streams_for(loaded, seed=0, **config):
+    cfg = StreamConfig(**config).validate(loaded.config["num_hidden_layers"])
+    return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    gamma=st.integers(1, 4),
+    top_k=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    threshold=st.sampled_from([0.0, 1e-4, 1e-2, 0.2]),
+    cap=st.integers(1, 40),
+    prompt=st.text(min_size=1, max_size=30).filter(str.strip),
+    length=st.integers(1, 24),
+    seed=st.integers(0, 1000),
+)
+def test_lossless_equals_plain_greedy(
+    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed
+):
+    loaded = tiny_models[family]
+    params = streams_for(
+        loaded,
+        seed,
+        gamma=gamma,
+        top_k=top_k,
+        n_msa_layers=n_msa,
+        prune_threshold=threshold,
+        max_tree_nodes=cap,
+    )
+    plain = ss.generate(loaded, prompt, max_tokens=length)
+    spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
+    assert spec.token_ids == plain.token_ids
+    assert spec.finish_reason == plain.finish_reason
+    assert spec.stats.accepted_tokens == plain.stats.accepted_tokens
+    assert spec.stats.forward_passes <= plain.stats.forward_passes
+
+
+@pytest.mark.parametrize("kv_bits", [4, 8])
+def test_lossless_with_quantized_kv_cache(tiny_folders, kv_bits, tmp_path):
+    from .tiny import save_tiny_model
+
+    loaded = ss.load(str(save_tiny_model(tmp_path / "m", "qwen2", hidden_size=128)))
+    params = streams_for(loaded, 5, gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=8)
+    plain = ss.generate(loaded, "quantized cache", max_tokens=20, kv_bits=kv_bits)
+    spec = ss.generate(
+        loaded, "quantized cache", max_tokens=20, kv_bits=kv_bits, decoder="ss", streams=params
+    )
+    assert spec.token_ids == plain.token_ids
+
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "List three prime numbers and explain why they are prime.",
+]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_default_model_lossless(default_model, prompt):
+    params = streams_for(default_model, 1)  # paper defaults: gamma 4, N_s 4, top-k 3, 32 nodes
+    plain = ss.generate(default_model, prompt, max_tokens=20)
+    spec = ss.generate(default_model, prompt, max_tokens=20, decoder="ss", streams=params)
+    assert spec.token_ids == plain.token_ids
+
+
+def path_logits(loaded, prefix, tree, node):
+    path = []
+    while node >= 0:
+        path.append(tree.tokens[node])
+        node = tree.parents[node]
+    return loaded.model(mx.array(prefix + path[::-1])[None])[0, -1]
+
+
+@pytest.mark.parametrize("cap", [200, 7])
+def test_every_node_logits_equal_its_path_run_causally(tiny_models, cap):
+    loaded = tiny_models["llama"]
+    arch = arch_of(loaded.model, "llama")
+    params = streams_for(loaded, 2, gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=cap)
+    prefix = [10, 20, 30, 40, 50]
+    caches = make_prompt_cache(loaded.model)
+    loaded.model(mx.array(prefix)[None], cache=caches)
+    tree = draft_tree(60, [[70, 71], [80, 81], [90, 91]])
+    out = tree_forward(arch, params, tree, caches, len(prefix))
+    assert len(out.survivors) == min(cap, len(tree))
+    for m, node in enumerate(out.survivors):
+        diff = mx.abs(out.main_logits[m] - path_logits(loaded, prefix, tree, node)).max().item()
+        assert diff <= 1e-4, (node, diff)
+
+
+def run_steps(loaded, params, prompt_ids, max_tokens, override=None):
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    return speculative_decode(loaded.model, arch, params, prompt_ids, max_tokens, override)
+
+
+def test_compacted_cache_equals_plain_cache_and_streams_store_nothing(tiny_models, monkeypatch):
+    loaded = tiny_models["phi3"]
+    params = streams_for(loaded, 3, gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=10)
+    prompt = encode_prompt(loaded, "compaction check")
+    seen = {}
+    import specstream_mlx.decoding.speculative as spec_mod
+
+    real_make_cache = spec_mod.make_cache
+    monkeypatch.setattr(
+        spec_mod, "make_cache", lambda *a: seen.setdefault("caches", real_make_cache(*a))
+    )
+    decided = []
+    for step in run_steps(loaded, params, prompt, 30):
+        decided += step.tokens
+        offsets = {c.offset for c in seen["caches"]}
+        assert offsets == {len(prompt) - 1 + len(decided)}  # streams add no entries
+    reference = make_prompt_cache(loaded.model)
+    loaded.model(mx.array(prompt + decided[:-1])[None], cache=reference)
+    for ours, ref in zip(seen["caches"], reference, strict=True):
+        n = ref.offset
+        assert mx.abs(ours.keys[..., :n, :] - ref.keys[..., :n, :]).max().item() <= 1e-4
+        assert mx.abs(ours.values[..., :n, :] - ref.values[..., :n, :]).max().item() <= 1e-4
+
+
+def test_oracle_draft_reaches_gamma_plus_one(tiny_models):
+    loaded = tiny_models["qwen3"]
+    gamma = 4
+    params = streams_for(loaded, 4, gamma=gamma, top_k=1, n_msa_layers=2)
+    prompt = encode_prompt(loaded, "oracle")
+    saved_eos = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()  # a fixed 40-token run: no early stop
+    try:
+        truth = ss.generate(loaded, prompt, max_tokens=40).token_ids
+
+        def oracle(history):
+            done = len(history) - len(prompt)  # history[-1] is the next root
+            return [[truth[done + j] if done + j < len(truth) else 0] for j in range(gamma)]
+
+        steps = list(run_steps(loaded, params, prompt, 40, oracle))
+    finally:
+        loaded.eos_token_ids.update(saved_eos)
+    assert [t for s in steps for t in s.tokens] == truth
+    assert [len(s.tokens) for s in steps[1:-1]] == [gamma + 1] * (len(steps) - 2)
+
+
+def test_eos_inside_accepted_path_stops_exactly(tiny_models):
+    loaded = tiny_models["llama"]
+    prompt = encode_prompt(loaded, "eos inside the path")
+    truth = ss.generate(loaded, prompt, max_tokens=12).token_ids
+    eos = truth[6]
+    loaded.eos_token_ids.add(eos)
+    try:
+        plain = ss.generate(loaded, prompt, max_tokens=12)
+        params = streams_for(loaded, 6, gamma=4, top_k=1, n_msa_layers=2)
+
+        def oracle(history):
+            done = len(history) - len(prompt)
+            return [[truth[done + j] if done + j < len(truth) else 0] for j in range(4)]
+
+        chunks = list(
+            ss.stream_generate(
+                loaded, prompt, max_tokens=12, decoder="ss", streams=params, draft_override=oracle
+            )
+        )
+    finally:
+        loaded.eos_token_ids.discard(eos)
+    assert [t for c in chunks for t in c.token_ids] == plain.token_ids == truth[: truth.index(eos)]
+    assert chunks[-1].finish_reason == "stop"
+
+
+def test_adapter_round_trip(tiny_models, tmp_path):
+    loaded = tiny_models["qwen2"]
+    params = streams_for(loaded, 7, gamma=2, n_msa_layers=2)
+    folder = save_adapter(tmp_path / "adapter", params, loaded)
+    again = load_adapter(folder, loaded)
+    assert again.config == params.config
+    for (name, a), (_, b) in zip(
+        sorted(tree_flatten(params.parameters())),
+        sorted(tree_flatten(again.parameters())),
+        strict=True,
+    ):
+        assert mx.array_equal(a, b), name
+    with pytest.raises(ss.SpecstreamError, match="exists"):
+        save_adapter(folder, params, loaded)
+
+
+def test_adapter_for_another_base_is_refused(tiny_models, tmp_path):
+    qwen2 = tiny_models["qwen2"]
+    folder = save_adapter(tmp_path / "a", streams_for(qwen2, 0, n_msa_layers=2), qwen2)
+    with pytest.raises(ss.SpecstreamError, match="another base model.*model_type"):
+        load_adapter(folder, tiny_models["llama"])
+
+
+def test_adapter_with_wrong_shapes_lists_every_problem(tiny_models, tmp_path):
+    loaded = tiny_models["llama"]
+    folder = save_adapter(tmp_path / "a", streams_for(loaded, 0, gamma=2, n_msa_layers=2), loaded)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["stream_config"]["gamma"] = 3
+    config["stream_config"]["stream_adapter_rank"] = 4
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError) as err:
+        load_adapter(folder, loaded)
+    message = str(err.value)
+    assert "stream_embeddings: shape [2, 64], expected [3, 64]" in message
+    assert "adapters.0.a: shape [64, 8], expected [64, 4]" in message
+
+
+@pytest.mark.parametrize(
+    "config, fragment",
+    [
+        (dict(gamma=0), "gamma must be in"),
+        (dict(top_k=0), "top_k must be in"),
+        (dict(n_msa_layers=4), "n_msa_layers must be in [1, 3]"),
+        (dict(mode="fast"), "mode must be one of"),
+        (dict(gamma=99, top_k=-1), "gamma must be in [1, 16], got 99; top_k"),
+    ],
+)
+def test_bad_stream_config(tiny_models, config, fragment):
+    with pytest.raises(ss.SpecstreamError, match=re.escape(fragment)):
+        StreamConfig(**{"n_msa_layers": 2, **config}).validate(n_layers=4)
+
+
+def test_sampling_with_ss_is_a_clear_error(tiny_models):
+    with pytest.raises(ss.SpecstreamError, match="greedy"):
+        ss.generate(
+            tiny_models["llama"], "hi", decoder="ss", sampling=ss.SamplingParams(temperature=0.7)
+        )
