@@ -252,3 +252,11 @@ def test_sampling_with_ss_is_a_clear_error(tiny_models):
         ss.generate(
             tiny_models["llama"], "hi", decoder="ss", sampling=ss.SamplingParams(temperature=0.7)
         )
+
+
+def test_top_k_tokens_best_first():
+    from specstream_mlx.decoding.speculative import top_k_tokens
+
+    logits = mx.array([[0.1, 5.0, -1.0, 3.0, 4.0], [9.0, 0.0, 1.0, 2.0, 8.0]])
+    assert top_k_tokens(logits, 3) == [[1, 4, 3], [0, 4, 3]]
+    assert top_k_tokens(logits, 1) == [[1], [0]]

@@ -56,8 +56,15 @@ def speculative_decode(
             stream_tokens = draft_override(history)
         else:
             logits = arch.lm_head(arch.norm(out.stream_hidden[path[-1]]))  # (gamma, V)
-            stream_tokens = mx.argsort(-logits, axis=-1)[:, : cfg.top_k].tolist()
+            stream_tokens = top_k_tokens(logits, cfg.top_k)
         yield Step(tokens, len(tree), len(out.survivors))
+
+
+def top_k_tokens(logits: mx.array, k: int) -> list[list[int]]:
+    """(gamma, V) logits -> each row's k best token ids, best first (argpartition: O(V))."""
+    top = mx.argpartition(-logits, k - 1, axis=-1)[:, :k]  # (gamma, k), unordered
+    order = mx.argsort(-mx.take_along_axis(logits, top, axis=-1), axis=-1)
+    return mx.take_along_axis(top, order, axis=-1).tolist()
 
 
 def compact_layers(caches, n_low: int, offset: int, nodes: list[int], path: list[int]) -> None:

@@ -57,7 +57,8 @@ def tree_forward(
             h = layer(h, mask, cache)
 
     survivors = list(range(len(tree)))
-    if len(tree) > 1:
+    # The early-exit head is only needed when something can be cut.
+    if len(tree) > 1 and (len(tree) > cfg.max_tree_nodes or cfg.prune_threshold > 0):
         # Early-exit transition probabilities parent -> child from the pruning head.
         parents = sorted({p for p in tree.parents[1:]})
         z = arch.lm_head(arch.norm(h[0, parents] + params.prune(h[0, parents])))  # (P, V)
