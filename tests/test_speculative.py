@@ -4,6 +4,7 @@ import json
 import re
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -260,3 +261,27 @@ def test_top_k_tokens_best_first():
     logits = mx.array([[0.1, 5.0, -1.0, 3.0, 4.0], [9.0, 0.0, 1.0, 2.0, 8.0]])
     assert top_k_tokens(logits, 3) == [[1, 4, 3], [0, 4, 3]]
     assert top_k_tokens(logits, 1) == [[1], [0]]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_msa_mask_semantics(shared):
+    from specstream_mlx.decoding.tree_step import _msa_mask
+
+    # Survivors: root 0, its child 1, and 2 (a second child of the root); 2 streams each.
+    anc = draft_tree(5, [[6, 7]]).ancestors()
+    prefix, gamma = 3, 2
+    mask = np.array(_msa_mask(anc, prefix, gamma, shared))
+    assert mask.shape == (3 + 3 * gamma, prefix + 3 + 3 * gamma)
+    main_cols = slice(prefix, prefix + 3)
+    stream_col = lambda node, j: prefix + 3 + node * gamma + j  # noqa: E731
+    # Main rows: prefix + ancestors; streams only in shared mode, and only their own node's.
+    assert mask[:3, :prefix].all()
+    assert (mask[:3, main_cols] == anc).all()
+    assert mask[1, stream_col(1, 0)] == mask[1, stream_col(1, 1)] == shared
+    assert not mask[1, stream_col(0, 0)] and not mask[1, stream_col(2, 1)]
+    # Stream j of node 1 sees prefix, nodes 0 and 1, its own streams 0..j, nothing else.
+    row = 3 + 1 * gamma + 0
+    assert mask[row, :prefix].all() and list(mask[row, main_cols]) == [True, True, False]
+    assert mask[row, stream_col(1, 0)] and not mask[row, stream_col(1, 1)]
+    assert mask[row + 1, stream_col(1, 1)] and mask[row + 1, stream_col(1, 0)]
+    assert not mask[row, stream_col(0, 0)] and not mask[row, stream_col(2, 0)]
