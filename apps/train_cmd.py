@@ -1,0 +1,108 @@
+"""`specstream train`: train a stream adapter (lossless mode) on jsonl data."""
+
+from __future__ import annotations
+
+import sys
+
+from .args import add_model_args, positive_int
+
+HELP = "train a speculative-stream adapter"
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("train", help=HELP, description=HELP)
+    p.add_argument(
+        "--data",
+        required=True,
+        help="training jsonl: messages, prompt+completion or text rows (loss on completions only)",
+    )
+    p.add_argument("--val", default=None, help="validation jsonl (default: the last 5%% of --data)")
+    p.add_argument("--out", required=True, help="adapter folder to write")
+    p.add_argument(
+        "--mode",
+        choices=["lossless"],
+        default="lossless",
+        help="lossless: frozen base, streams only (shared mode: not yet)",
+    )
+    add_model_args(p)
+    p.add_argument("--gamma", type=positive_int, default=4)
+    p.add_argument("--msa-layers", type=positive_int, default=4)
+    p.add_argument("--tree-top-k", type=positive_int, default=3)
+    p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank")
+    p.add_argument("--steps", type=positive_int, default=200)
+    p.add_argument("--batch-size", type=positive_int, default=4)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--warmup", type=positive_int, default=10)
+    p.add_argument("--max-length", type=positive_int, default=512)
+    p.add_argument("--val-every", type=positive_int, default=50)
+    p.add_argument("--checkpoint-every", type=positive_int, default=25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing adapter folder")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    import specstream_mlx as ss
+    from specstream_mlx.streams.adapter_io import save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+    from specstream_mlx.training.data import load_dataset
+    from specstream_mlx.training.trainer import Checkpoint, TrainConfig, train
+
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise ss.SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    loaded = ss.load(args.model, precision=args.precision)
+    data = load_dataset(args.data, loaded.tokenizer, args.max_length)
+    if args.val:
+        val = load_dataset(args.val, loaded.tokenizer, args.max_length).examples
+    else:
+        n_val = min(max(len(data) // 20, 1), 32)
+        if len(data) - n_val < 1:
+            raise ss.SpecstreamError("too few examples to hold some out: pass --val")
+        val, data.examples = data.examples[-n_val:], data.examples[:-n_val]
+    stream_config = StreamConfig(
+        gamma=args.gamma,
+        n_msa_layers=args.msa_layers,
+        top_k=args.tree_top_k,
+        stream_adapter_rank=args.rank,
+        mode=args.mode,
+    ).validate(loaded.config["num_hidden_layers"])
+    params = StreamParams(stream_config, loaded.config["hidden_size"])
+    cfg = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup=args.warmup,
+        val_every=args.val_every,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+    )
+    print(
+        f"train: {len(data)} examples ({data.truncated} truncated to {args.max_length}), "
+        f"{len(val)} validation, {cfg.steps} steps x {cfg.batch_size}",
+        file=sys.stderr,
+    )
+    progress = train(
+        loaded, params, data, val, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True)
+    )
+    last = progress["validations"][-1] if progress["validations"] else {}
+    extra = {
+        "training": {
+            "data": data.summary,
+            "validation_examples": len(val),
+            "train_config": progress["train_config"],
+            "seconds": round(progress["seconds"], 1),
+            "validation": last,
+            "loss_history": progress["history"][-10:],
+        }
+    }
+    save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
+    Checkpoint(out).remove()
+    print(
+        f"wrote {out}: tau chain {last.get('tau_chain')}, tau tree {last.get('tau_tree')} "
+        f"(validation estimate)"
+    )
+    return 0

@@ -1,0 +1,103 @@
+"""Varied chat prompts built from the real data sets in ../shared/data, for distilling the
+general-purpose `chat` adapter (the base model's own answers are the training targets)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+from ..errors import SpecstreamError
+
+INSTRUCTIONS = [
+    "Explain why the sky is blue.",
+    "Give me three tips for better sleep.",
+    "What is the difference between a virus and a bacterium?",
+    "Write a short poem about rain.",
+    "How do I make a cup of tea?",
+    "Describe the water cycle in simple terms.",
+    "What are the benefits of regular exercise?",
+    "Write a short story about a lost cat.",
+    "Explain what a computer program is to a child.",
+    "List five fruits and their colours.",
+    "What causes the seasons on Earth?",
+    "Give me a recipe for pancakes.",
+    "How does a bicycle work?",
+    "Write a polite email declining a meeting invitation.",
+    "What is photosynthesis?",
+    "Suggest a name for a new coffee shop and explain it.",
+    "Why do we need to drink water?",
+    "Explain the rules of chess briefly.",
+    "What is the capital of Japan and what is it known for?",
+    "Describe a sunset at the beach.",
+    "How can I learn a new language faster?",
+    "What is the role of the heart in the body?",
+    "Write a thank-you note to a teacher.",
+    "Explain what gravity is.",
+    "Give me a packing list for a weekend camping trip.",
+    "What are volcanoes and how do they form?",
+    "Write a short dialogue between a customer and a waiter.",
+    "How do plants grow from seeds?",
+    "What is a healthy breakfast?",
+    "Explain how the internet works in a few sentences.",
+]
+EVAL_INSTRUCTIONS = [
+    "Explain how rainbows form.",
+    "Give me three ideas for a birthday party.",
+    "What is the difference between weather and climate?",
+    "Write a haiku about the moon.",
+    "How do I plant a tree?",
+    "Why is recycling important?",
+    "Describe a busy city street in the morning.",
+    "What does a librarian do?",
+]
+
+
+def _wikitext_passages(path: Path, n: int, rng: random.Random) -> list[str]:
+    lines = [
+        ln.strip()
+        for ln in path.read_text().splitlines()
+        if len(ln.strip()) > 200 and not ln.strip().startswith("=")
+    ]
+    return [ln[:600] for ln in rng.sample(lines, min(n, len(lines)))]
+
+
+def build_chat_prompts(data_dir: str | Path, n: int, seed: int = 0) -> list[str]:
+    """n prompts mixing written instructions and tasks over wikitext, DialogSum, E2E and SQL
+    (train splits only), shuffled with `seed`."""
+    data = Path(data_dir)
+    needed = ["wikitext2/train.txt", "dialogsum/train.jsonl", "e2e/train.csv", "sql/train.jsonl"]
+    missing = [p for p in needed if not (data / p).is_file()]
+    if missing:
+        raise SpecstreamError(f"data missing under {data}: {', '.join(missing)}")
+    rng = random.Random(seed)
+    share = max(n // 5, 1)
+    prompts = [rng.choice(INSTRUCTIONS) for _ in range(share)]
+    wiki = [
+        "Summarize this passage in two sentences:\n\n{}",
+        "What is this passage about?\n\n{}",
+        "Explain the main point of this text in simple words:\n\n{}",
+    ]
+    prompts += [
+        rng.choice(wiki).format(p)
+        for p in _wikitext_passages(data / "wikitext2/train.txt", share, rng)
+    ]
+    dialogues = [json.loads(line) for line in (data / "dialogsum/train.jsonl").open()]
+    prompts += [
+        "Summarize the following dialogue.\n\n" + d["dialogue"][:1200]
+        for d in rng.sample(dialogues, share)
+    ]
+    with open(data / "e2e/train.csv", newline="") as f:
+        mrs = sorted({row["mr"] for row in csv.DictReader(f)})
+    prompts += [
+        "Write a sentence about a restaurant with these attributes: " + mr
+        for mr in rng.sample(mrs, share)
+    ]
+    sql = [json.loads(line) for line in (data / "sql/train.jsonl").open()]
+    prompts += [
+        f"Write an SQL query for this question.\nTable: {q['context']}\nQuestion: {q['question']}"
+        for q in rng.sample(sql, n - len(prompts))
+    ]
+    rng.shuffle(prompts)
+    return prompts

@@ -1,0 +1,121 @@
+"""Training data: jsonl in the shapes mlx-lm users know, tokenized with a loss mask that covers
+completions only.
+
+- {"messages": [{"role", "content"}, ...]}: the chat template; loss on assistant turns.
+- {"prompt": ..., "completion": ...}: the prompt through the chat template as a user turn, the
+  completion as the assistant's answer; loss on the completion.
+- {"text": ...}: raw text, loss everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SpecstreamError
+
+
+@dataclass
+class Example:
+    ids: list[int]
+    loss_mask: list[bool]  # loss_mask[i]: token i is a target
+
+
+@dataclass
+class Dataset:
+    examples: list[Example]
+    source: str
+    truncated: int = 0  # examples cut to max_length
+    summary: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Rows of a jsonl file; every malformed line is reported with its number, at once."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecstreamError(f"data file not found: {path}")
+    rows, problems = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"line {number}: invalid JSON ({exc.msg})")
+                continue
+            if not isinstance(row, dict) or not (
+                {"messages", "text"} & row.keys() or {"prompt", "completion"} <= row.keys()
+            ):
+                problems.append(f"line {number}: needs messages, prompt+completion, or text")
+                continue
+            rows.append(row)
+    if problems:
+        shown = "; ".join(problems[:10]) + (
+            f"; ... {len(problems) - 10} more" if len(problems) > 10 else ""
+        )
+        raise SpecstreamError(f"malformed data in {path}: {shown}")
+    if not rows:
+        raise SpecstreamError(f"no examples in {path}")
+    return rows
+
+
+def _chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    return list(
+        tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=True
+        )
+    )
+
+
+def encode_row(tokenizer, row: dict) -> Example:
+    if "text" in row:
+        ids = list(tokenizer.encode(row["text"]))
+        return Example(ids, [False] + [True] * (len(ids) - 1))
+    if "messages" in row:
+        messages = row["messages"]
+    else:
+        messages = [
+            {"role": "user", "content": row["prompt"]},
+            {"role": "assistant", "content": row["completion"]},
+        ]
+    ids, mask = [], []
+    for i, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            before = _chat_ids(tokenizer, messages[:i], add_generation_prompt=True)
+            after = _chat_ids(tokenizer, messages[: i + 1], add_generation_prompt=False)
+            if after[: len(before)] != before:  # template does not extend by prefix
+                raise SpecstreamError("the chat template does not render turns as prefixes")
+            mask += [False] * (len(before) - len(ids)) + [True] * (len(after) - len(before))
+            ids = after
+    final = _chat_ids(tokenizer, messages, add_generation_prompt=False)
+    mask += [False] * (len(final) - len(ids))
+    return Example(final, mask)
+
+
+def load_dataset(path: str | Path, tokenizer, max_length: int = 512) -> Dataset:
+    """Tokenize a jsonl file; examples longer than max_length are cut (and counted)."""
+    examples, truncated = [], 0
+    for row in read_jsonl(path):
+        ex = encode_row(tokenizer, row)
+        if len(ex.ids) > max_length:
+            truncated += 1
+            ex = Example(ex.ids[:max_length], ex.loss_mask[:max_length])
+        if any(ex.loss_mask[1:]):
+            examples.append(ex)
+    if not examples:
+        raise SpecstreamError(f"no example in {path} has a completion token to learn from")
+    targets = sum(sum(e.loss_mask) for e in examples)
+    summary = {
+        "path": str(path),
+        "examples": len(examples),
+        "tokens": sum(len(e.ids) for e in examples),
+        "target_tokens": targets,
+        "truncated": truncated,
+        "max_length": max_length,
+    }
+    return Dataset(examples, str(path), truncated, summary)

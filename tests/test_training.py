@@ -1,0 +1,220 @@
+"""Training stream adapters (lossless mode) on tiny models."""
+
+import json
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+
+import specstream_mlx as ss
+from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.decoding.tree_step import tree_forward
+from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.adapter_io import load_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.params import StreamParams
+from specstream_mlx.training import forward, trainer
+from specstream_mlx.training.data import load_dataset, read_jsonl
+from specstream_mlx.training.trainer import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folders):
+    return ss.load(str(tiny_folders["llama"]))
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.jsonl"
+    rows = [
+        {"prompt": f"count from {i}", "completion": " ".join(str(i + k) for k in range(12))}
+        for i in range(24)
+    ]
+    rows.append(
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello hello hello"},
+            ]
+        }
+    )
+    rows.append({"text": "plain text rows are learned everywhere " * 3})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def params_for(loaded, seed=0):
+    mx.random.seed(seed)
+    cfg = StreamConfig(gamma=3, n_msa_layers=2, top_k=2)
+    return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
+
+
+def test_loss_equals_decoder_computation(tiny):
+    """The training forward is the decoder's forward: NLL of each stream at each position,
+    recomputed one position at a time with tree_forward on a single-node tree."""
+    arch = arch_of(tiny.model, "llama")
+    params = params_for(tiny, 1)
+    ids = [5, 17, 99, 23, 42, 8, 77, 61, 3, 12]
+    mask = [False, False, True, True, True, True, True, True, True, True]
+    n_low = len(arch.layers) - params.config.n_msa_layers
+    h_low = forward.lower_hidden(arch, n_low, mx.array(ids))
+    got = forward.stream_loss(arch, params, h_low, mx.array(ids), mx.array(mask))
+    for j in range(1, 4):
+        nlls = []
+        for p in range(len(ids) - 1 - j):
+            if not mask[p + 1 + j]:
+                continue
+            cache = make_prompt_cache(tiny.model)
+            if p:
+                tiny.model(mx.array(ids[:p])[None], cache=cache)
+            out = tree_forward(arch, params, draft_tree(ids[p], []), cache, p)
+            logits = arch.lm_head(arch.norm(out.stream_hidden[0, j - 1])).astype(mx.float32)
+            nlls.append((mx.logsumexp(logits) - logits[ids[p + 1 + j]]).item())
+        assert got.stream_nll[j - 1].item() == pytest.approx(np.mean(nlls), abs=1e-4)
+    assert got.total.item() == pytest.approx(
+        sum(x.item() for x in got.stream_nll) + got.prune_nll.item(), rel=1e-6
+    )
+
+
+def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_path):
+    before = {k: np.array(v) for k, v in tree_flatten(tiny.model.parameters())}
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    params = params_for(tiny)
+    start = {k: np.array(v) for k, v in tree_flatten(params.parameters())}
+    progress = train(
+        tiny,
+        params,
+        data,
+        data.examples[:4],
+        tmp_path / "a",
+        TrainConfig(steps=12, batch_size=2, learning_rate=3e-3, val_every=12),
+        log=lambda s: None,
+    )
+    losses = [h["loss"] for h in progress["history"]]
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    after = dict(tree_flatten(tiny.model.parameters()))
+    assert all(np.array_equal(before[k], np.array(after[k])) for k in before)  # bit-identical
+    changed = [k for k, v in tree_flatten(params.parameters()) if not np.array_equal(start[k], v)]
+    assert set(changed) == set(start)  # every stream parameter receives gradient
+    v = progress["validations"][-1]
+    assert len(v["stream_accuracy"]) == 3 and v["tau_chain"] >= 1
+
+
+def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    cfg = TrainConfig(steps=6, batch_size=2, learning_rate=3e-3, checkpoint_every=1, val_every=99)
+    straight = params_for(tiny)
+    train(tiny, straight, data, data.examples[:2], tmp_path / "straight", cfg, log=lambda s: None)
+    resumed = params_for(tiny)
+    train(
+        tiny,
+        resumed,
+        data,
+        data.examples[:2],
+        tmp_path / "r",
+        cfg,
+        log=lambda s: None,
+        stop_after=3,
+    )  # "killed" after 3 steps
+    again = params_for(tiny, seed=9)  # a new process: fresh parameters, state from the checkpoint
+    messages = []
+    progress = train(tiny, again, data, data.examples[:2], tmp_path / "r", cfg, log=messages.append)
+    assert any("resuming from step 3" in m for m in messages)
+    assert progress["step"] == 6
+    for (name, a), (_, b) in zip(
+        tree_flatten(straight.parameters()), tree_flatten(again.parameters()), strict=True
+    ):
+        assert mx.allclose(a, b, atol=1e-6).item(), name
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny, data_file, tmp_path, monkeypatch):
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    real = forward.stream_loss
+    calls = {"n": 0}
+
+    def poisoned(*args):
+        calls["n"] += 1
+        out = real(*args)
+        if calls["n"] > 4:  # steps 3+ (batch size 2)
+            out.total = out.total * mx.array(float("nan"))
+        return out
+
+    monkeypatch.setattr(trainer, "stream_loss", poisoned)
+    cfg = TrainConfig(steps=6, batch_size=2, checkpoint_every=1, val_every=99)
+    with pytest.raises(ss.SpecstreamError, match="loss is nan at step 3.*checkpoint"):
+        train(
+            tiny, params_for(tiny), data, data.examples[:2], tmp_path / "a", cfg, log=lambda s: None
+        )
+    progress = json.loads((tmp_path / "a.checkpoint" / "progress.json").read_text())
+    assert progress["step"] == 2
+
+
+def test_data_formats_and_masks(tiny, data_file):
+    data = load_dataset(data_file, tiny.tokenizer, 1000)
+    assert len(data) == 26 and data.truncated == 0
+    prompt_row = data.examples[0]
+    completion = tiny.tokenizer.decode(
+        [t for t, m in zip(prompt_row.ids, prompt_row.loss_mask, strict=True) if m]
+    )
+    assert completion.startswith("0 1 2 3") and "count from" not in completion
+    text_row = data.examples[-1]
+    assert all(text_row.loss_mask[1:])
+    short = load_dataset(data_file, tiny.tokenizer, 20)
+    assert short.truncated > 0 and all(len(e.ids) <= 20 for e in short.examples)
+
+
+def test_malformed_jsonl_reports_line_numbers(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{not json\n{"foo": 1}\n\n{"prompt": "p", "completion": "c"}\n')
+    with pytest.raises(ss.SpecstreamError, match="line 2: invalid JSON.*line 3: needs"):
+        read_jsonl(bad)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ss.SpecstreamError, match="no examples"):
+        read_jsonl(empty)
+
+
+def test_train_cli_writes_an_adapter_that_decodes_exactly(tiny_folders, data_file, tmp_path):
+    out = tmp_path / "adapter"
+    cmd = [
+        sys.executable,
+        "-m",
+        "specstream_apps.cli",
+        "train",
+        "--model",
+        str(tiny_folders["llama"]),
+        "--data",
+        str(data_file),
+        "--out",
+        str(out),
+        "--gamma",
+        "2",
+        "--msa-layers",
+        "2",
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--val-every",
+        "2",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert (
+        config["training"]["data"]["examples"] > 0
+        and "tau_chain" in config["training"]["validation"]
+    )
+    assert not (tmp_path / "adapter.checkpoint").exists()
+    loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
+    assert loaded.streams.config.gamma == 2
+    plain = ss.generate(loaded, "count from 3", max_tokens=16)
+    spec = ss.generate(loaded, "count from 3", max_tokens=16, decoder="ss")
+    assert spec.token_ids == plain.token_ids
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "exists" in again.stderr
+    assert load_adapter(out, loaded).config == loaded.streams.config
