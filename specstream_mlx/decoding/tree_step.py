@@ -27,20 +27,24 @@ def _lower_mask(tree: Tree, prefix: int) -> mx.array:
     return mx.array(np.concatenate([np.ones((len(tree), prefix), bool), anc], axis=1))
 
 
-def _msa_mask(anc: np.ndarray, prefix: int, gamma: int, shared: bool) -> mx.array:
-    """Rows: M main, then M*gamma streams (node m, stream j at M + m*gamma + j).
-    Columns: prefix | M main | M*gamma streams. Stream j of node m sees the prefix, m and its
-    ancestors, and streams 1..j of m; the main stream sees only main rows (lossless), or also
-    its own node's streams (shared mode)."""
+def _msa_mask(
+    anc: np.ndarray, prefix: int, gamma: int, shared: bool, stream_nodes: np.ndarray | None = None
+) -> mx.array:
+    """Rows: M main, then S*gamma streams of the S nodes in `stream_nodes` (default: all; the
+    s-th one's stream j at M + s*gamma + j). Columns: prefix | M main | S*gamma streams.
+    Stream j of node m sees the prefix, m and its ancestors, and streams 1..j of m; the main
+    stream sees only main rows (lossless), or also its own node's streams (shared mode)."""
     m = anc.shape[0]
-    main = np.concatenate([np.ones((m, prefix), bool), anc, np.zeros((m, m * gamma), bool)], 1)
-    own = np.kron(np.eye(m, dtype=bool), np.ones((1, gamma), bool))  # (M, M*gamma)
+    nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes)
+    s = len(nodes)
+    main = np.concatenate([np.ones((m, prefix), bool), anc, np.zeros((m, s * gamma), bool)], 1)
     if shared:
-        main[:, prefix + m :] = own
-    stream_ctx = np.repeat(anc, gamma, axis=0)  # (M*gamma, M)
+        owner = np.repeat(nodes, gamma)  # (S*gamma,) node of each stream column
+        main[:, prefix + m :] = np.arange(m)[:, None] == owner[None, :]
+    stream_ctx = np.repeat(anc[nodes], gamma, axis=0)  # (S*gamma, M)
     causal = np.tril(np.ones((gamma, gamma), bool))
-    stream_self = np.kron(np.eye(m, dtype=bool), causal)  # (M*gamma, M*gamma)
-    streams = np.concatenate([np.ones((m * gamma, prefix), bool), stream_ctx, stream_self], 1)
+    stream_self = np.kron(np.eye(s, dtype=bool), causal)  # (S*gamma, S*gamma)
+    streams = np.concatenate([np.ones((s * gamma, prefix), bool), stream_ctx, stream_self], 1)
     return mx.array(np.concatenate([main, streams], axis=0))
 
 

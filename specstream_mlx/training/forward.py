@@ -30,16 +30,26 @@ class StreamBatchLoss:
     counts: list[int]  # n_j per stream
 
 
-def _msa_hidden(arch: Arch, params: StreamParams, h_low: mx.array) -> mx.array:
-    """(1, T, d) hidden at the pruning point -> (T, gamma, d) stream hidden after the MSA layers."""
+def stream_positions(loss_mask: np.ndarray, gamma: int) -> np.ndarray:
+    """Positions whose streams have at least one target (prompt tokens need no streams)."""
+    t = len(loss_mask)
+    return np.array([p for p in range(t) if loss_mask[p + 2 : p + 2 + gamma].any()], dtype=int)
+
+
+def _msa_hidden(
+    arch: Arch, params: StreamParams, h_low: mx.array, positions: np.ndarray
+) -> mx.array:
+    """(1, T, d) hidden at the pruning point -> (P, gamma, d) hidden of the streams of the
+    given positions after the MSA layers."""
     cfg = params.config
-    t, gamma = h_low.shape[1], cfg.gamma
+    t, gamma, s = h_low.shape[1], cfg.gamma, len(positions)
     n_low = len(arch.layers) - cfg.n_msa_layers
-    streams = h_low[0, :, None, :] + params.stream_embeddings[None]  # (T, gamma, d)
-    x = mx.concatenate([h_low, streams.reshape(1, t * gamma, -1)], axis=1)  # (1, T(1+g), d)
+    rows = mx.array(positions)
+    streams = h_low[0, rows, None, :] + params.stream_embeddings[None]  # (P, gamma, d)
+    x = mx.concatenate([h_low, streams.reshape(1, s * gamma, -1)], axis=1)  # (1, T+P*g, d)
     chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
-    mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared")
-    positions = mx.concatenate([mx.arange(t), mx.repeat(mx.arange(t), gamma)])
+    mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)
+    positions = mx.concatenate([mx.arange(t), mx.repeat(rows, gamma)])
     with arch.positions(positions):
         for i, layer in enumerate(arch.layers[n_low:]):
             x = x + layer.self_attn(layer.input_layernorm(x), mask, None)
@@ -47,7 +57,7 @@ def _msa_hidden(arch: Arch, params: StreamParams, h_low: mx.array) -> mx.array:
             out = x + layer.mlp(n)
             out = mx.concatenate([out[:, :t], out[:, t:] + params.adapters[i](n[:, t:])], 1)
             x = out
-    return x[0, t:].reshape(t, gamma, -1)
+    return x[0, t:].reshape(s, gamma, -1)
 
 
 def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
@@ -64,20 +74,24 @@ def stream_loss(
     """Lossless-mode loss for one sequence: alpha_0 = 0, alpha_j = 1, plus the pruning head's
     next-token NLL. `loss_mask[i]` says token i is a completion token (a valid target)."""
     cfg = params.config
-    hidden = _msa_hidden(arch, params, h_low)  # (T, gamma, d)
+    mask_np = np.array(loss_mask)
+    positions = stream_positions(mask_np, cfg.gamma)
+    hidden = _msa_hidden(arch, params, h_low, positions)  # (P, gamma, d)
     stream_nll, correct, counts = [], [], []
     total = mx.array(0.0)
     for j in range(1, cfg.gamma + 1):
         # stream j at position p predicts token p + 1 + j
-        rows = np.nonzero(np.array(loss_mask[1 + j :]))[0]
-        counts.append(len(rows))
-        if len(rows) == 0:
+        has_target = [
+            i for i, p in enumerate(positions) if p + 1 + j < len(mask_np) and mask_np[p + 1 + j]
+        ]
+        counts.append(len(has_target))
+        if not has_target:
             stream_nll.append(mx.array(0.0))
             correct.append(mx.zeros((0,), mx.bool_))
             continue
-        rows_mx = mx.array(rows)
-        logits = arch.lm_head(arch.norm(hidden[rows_mx, j - 1]))  # (n_j, V)
-        targets = ids[rows_mx + 1 + j]
+        idx = mx.array(has_target)
+        logits = arch.lm_head(arch.norm(hidden[idx, j - 1]))  # (n_j, V)
+        targets = ids[mx.array(positions)[idx] + 1 + j]
         nll = nn.losses.cross_entropy(logits, targets, reduction="mean")
         stream_nll.append(nll)
         correct.append(mx.argmax(logits, axis=-1) == targets)

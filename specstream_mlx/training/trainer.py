@@ -62,14 +62,15 @@ def validate(arch, params: StreamParams, examples: list[Example]) -> Validation:
     top1, topk = [], []
     for ex in examples:
         ids = mx.array(ex.ids)
-        hidden = _msa_hidden(arch, params, lower_hidden(arch, n_low, ids))  # (T, gamma, d)
         mask = np.array(ex.loss_mask)
         t = len(ex.ids)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
         rows = [p for p in range(t - 1 - cfg.gamma) if mask[p + 1 : p + 2 + cfg.gamma].all()]
         if not rows:
             continue
-        logits = arch.lm_head(arch.norm(hidden[mx.array(rows)]))  # (P, gamma, V)
+        h_low = lower_hidden(arch, n_low, ids)
+        hidden = _msa_hidden(arch, params, h_low, np.array(rows))  # (P, gamma, d)
+        logits = arch.lm_head(arch.norm(hidden))  # (P, gamma, V)
         targets = np.array([[ex.ids[p + 1 + j] for j in range(1, cfg.gamma + 1)] for p in rows])
         best = np.array(mx.argpartition(-logits, cfg.top_k - 1, axis=-1)[..., : cfg.top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
