@@ -285,3 +285,13 @@ def test_msa_mask_semantics(shared):
     assert mask[row, stream_col(1, 0)] and not mask[row, stream_col(1, 1)]
     assert mask[row + 1, stream_col(1, 1)] and mask[row + 1, stream_col(1, 0)]
     assert not mask[row, stream_col(0, 0)] and not mask[row, stream_col(2, 0)]
+
+
+def test_unknown_adapter_name_lists_shipped(tiny_models):
+    from specstream_mlx.streams.adapter_io import shipped_adapters
+
+    with pytest.raises(ss.SpecstreamError, match="not a shipped adapter.*shipped: "):
+        load_adapter("no-such-adapter", tiny_models["llama"])
+    for name in shipped_adapters():  # shipped adapters are for the default model only
+        with pytest.raises(ss.SpecstreamError, match="another base model"):
+            load_adapter(name, tiny_models["llama"])

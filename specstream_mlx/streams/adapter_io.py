@@ -19,6 +19,7 @@ from .config import StreamConfig
 from .params import StreamParams
 
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "adapters"  # trained for the default model
 FORMAT_VERSION = 1
 _ARCH_KEYS = (
     "model_type",
@@ -72,9 +73,29 @@ def save_adapter(
     return folder
 
 
+def shipped_adapters() -> list[str]:
+    """Names of the adapters shipped inside the package (for the default model)."""
+    if not SHIPPED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / CONFIG).is_file())
+
+
+def resolve_adapter(name: str | os.PathLike) -> Path:
+    """A folder path, or the name of a shipped adapter (e.g. "chat")."""
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    if str(name) in shipped_adapters():
+        return SHIPPED_DIR / str(name)
+    shipped = ", ".join(shipped_adapters()) or "none"
+    raise SpecstreamError(f"adapter {str(name)!r} not found: no such folder, and not a shipped "
+                          f"adapter (shipped: {shipped})")
+
+
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
-    """Read an adapter folder for `loaded`; one SpecstreamError lists every mismatch."""
-    folder = Path(folder)
+    """Read an adapter folder (or shipped adapter name) for `loaded`; one SpecstreamError lists
+    every mismatch."""
+    folder = resolve_adapter(folder)
     if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
     try:
