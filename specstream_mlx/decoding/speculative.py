@@ -55,8 +55,7 @@ def speculative_decode(
         if draft_override is not None:
             stream_tokens = draft_override(history)
         else:
-            logits = arch.lm_head(arch.norm(out.stream_hidden[path[-1]]))  # (gamma, V)
-            stream_tokens = top_k_tokens(logits, cfg.top_k)
+            stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)
         yield Step(tokens, len(tree), len(out.survivors))
 
 

@@ -14,12 +14,24 @@ from ..streams.params import StreamParams
 from .kv import MainOnlyCache
 from .tree import Tree, prune
 
+# Up to this many rows, main and stream logits come from one LM-head pass: the head's weights
+# are read once (the pass is memory-bound on a CPU), instead of once for the main stream and
+# once more for the accepted node's streams after verification.
+ONE_HEAD_PASS_ROWS = 64
+
 
 @dataclass
 class TreeOutput:
     survivors: list[int]  # tree node indices that entered the MSA layers
     main_logits: mx.array  # (M, V) main-stream logits of the survivors
     stream_hidden: mx.array  # (M, gamma, d) last hidden states of their streams
+    stream_logits: mx.array | None = None  # (M, gamma, V) when computed in the same head pass
+
+    def streams_of(self, arch: Arch, m: int) -> mx.array:
+        """(gamma, V) stream logits of survivor m."""
+        if self.stream_logits is not None:
+            return self.stream_logits[m]
+        return arch.lm_head(arch.norm(self.stream_hidden[m]))
 
 
 def _lower_mask(tree: Tree, prefix: int) -> mx.array:
@@ -89,5 +101,9 @@ def tree_forward(
             if cfg.mode == "lossless":  # stream adapters act on stream rows only
                 out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
             x = out
+    stream_hidden = x[0, m:].reshape(m, gamma, -1)
+    if m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
+        logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
+        return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
-    return TreeOutput(survivors, main_logits, x[0, m:].reshape(m, gamma, -1))
+    return TreeOutput(survivors, main_logits, stream_hidden)

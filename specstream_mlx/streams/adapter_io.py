@@ -88,8 +88,10 @@ def resolve_adapter(name: str | os.PathLike) -> Path:
     if str(name) in shipped_adapters():
         return SHIPPED_DIR / str(name)
     shipped = ", ".join(shipped_adapters()) or "none"
-    raise SpecstreamError(f"adapter {str(name)!r} not found: no such folder, and not a shipped "
-                          f"adapter (shipped: {shipped})")
+    raise SpecstreamError(
+        f"adapter {str(name)!r} not found: no such folder, and not a shipped "
+        f"adapter (shipped: {shipped})"
+    )
 
 
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
