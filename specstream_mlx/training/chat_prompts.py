@@ -63,17 +63,23 @@ def _wikitext_passages(path: Path, n: int, rng: random.Random) -> list[str]:
     return [ln[:600] for ln in rng.sample(lines, min(n, len(lines)))]
 
 
-def build_chat_prompts(data_dir: str | Path, n: int, seed: int = 0) -> list[str]:
-    """n prompts mixing written instructions and tasks over wikitext, DialogSum, E2E and SQL
-    (train splits only), shuffled with `seed`."""
+def build_chat_prompts(
+    data_dir: str | Path, n: int, seed: int = 0, split: str = "train"
+) -> list[str]:
+    """n prompts mixing written instructions and tasks over wikitext, DialogSum, E2E and SQL,
+    shuffled with `seed`. split "train" (for training) or "dev" (held out: the dev/valid files
+    and a separate list of instructions)."""
     data = Path(data_dir)
-    needed = ["wikitext2/train.txt", "dialogsum/train.jsonl", "e2e/train.csv", "sql/train.jsonl"]
+    wiki_file = "wikitext2/train.txt" if split == "train" else "wikitext2/valid.txt"
+    other = "train" if split == "train" else "dev"
+    instructions = INSTRUCTIONS if split == "train" else EVAL_INSTRUCTIONS
+    needed = [wiki_file, f"dialogsum/{other}.jsonl", f"e2e/{other}.csv", f"sql/{other}.jsonl"]
     missing = [p for p in needed if not (data / p).is_file()]
     if missing:
         raise SpecstreamError(f"data missing under {data}: {', '.join(missing)}")
     rng = random.Random(seed)
     share = max(n // 5, 1)
-    prompts = [rng.choice(INSTRUCTIONS) for _ in range(share)]
+    prompts = [rng.choice(instructions) for _ in range(share)]
     wiki = [
         "Summarize this passage in two sentences:\n\n{}",
         "What is this passage about?\n\n{}",
@@ -88,13 +94,13 @@ def build_chat_prompts(data_dir: str | Path, n: int, seed: int = 0) -> list[str]
         "Summarize the following dialogue.\n\n" + d["dialogue"][:1200]
         for d in rng.sample(dialogues, share)
     ]
-    with open(data / "e2e/train.csv", newline="") as f:
+    with open(data / f"e2e/{other}.csv", newline="") as f:
         mrs = sorted({row["mr"] for row in csv.DictReader(f)})
     prompts += [
         "Write a sentence about a restaurant with these attributes: " + mr
         for mr in rng.sample(mrs, share)
     ]
-    sql = [json.loads(line) for line in (data / "sql/train.jsonl").open()]
+    sql = [json.loads(line) for line in (data / f"sql/{other}.jsonl").open()]
     prompts += [
         f"Write an SQL query for this question.\nTable: {q['context']}\nQuestion: {q['question']}"
         for q in rng.sample(sql, n - len(prompts))
