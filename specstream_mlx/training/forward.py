@@ -77,25 +77,33 @@ def stream_loss(
     mask_np = np.array(loss_mask)
     positions = stream_positions(mask_np, cfg.gamma)
     hidden = _msa_hidden(arch, params, h_low, positions)  # (P, gamma, d)
-    stream_nll, correct, counts = [], [], []
+    # Every (position, stream) pair with a target: stream j at position p predicts p + 1 + j.
+    pairs = [
+        (i, j)
+        for j in range(1, cfg.gamma + 1)
+        for i, p in enumerate(positions)
+        if p + 1 + j < len(mask_np) and mask_np[p + 1 + j]
+    ]
+    counts = [sum(1 for _, j in pairs if j == k) for k in range(1, cfg.gamma + 1)]
+    stream_nll, correct = [], []
     total = mx.array(0.0)
-    for j in range(1, cfg.gamma + 1):
-        # stream j at position p predicts token p + 1 + j
-        has_target = [
-            i for i, p in enumerate(positions) if p + 1 + j < len(mask_np) and mask_np[p + 1 + j]
-        ]
-        counts.append(len(has_target))
-        if not has_target:
+    if pairs:
+        idx, js = mx.array([i for i, _ in pairs]), mx.array([j for _, j in pairs])
+        # one LM-head pass for all streams: the head's weights are read once
+        logits = arch.lm_head(arch.norm(hidden[idx, js - 1]))  # (R, V)
+        targets = ids[mx.array(positions)[idx] + 1 + js]
+        nll = nn.losses.cross_entropy(logits, targets)  # (R,)
+        hits = mx.argmax(logits, axis=-1) == targets
+    start = 0
+    for n in counts:  # pairs are grouped by stream, in stream order
+        if n == 0:
             stream_nll.append(mx.array(0.0))
             correct.append(mx.zeros((0,), mx.bool_))
             continue
-        idx = mx.array(has_target)
-        logits = arch.lm_head(arch.norm(hidden[idx, j - 1]))  # (n_j, V)
-        targets = ids[mx.array(positions)[idx] + 1 + j]
-        nll = nn.losses.cross_entropy(logits, targets, reduction="mean")
-        stream_nll.append(nll)
-        correct.append(mx.argmax(logits, axis=-1) == targets)
-        total = total + nll
+        stream_nll.append(nll[start : start + n].mean())
+        correct.append(hits[start : start + n])
+        total = total + stream_nll[-1]
+        start += n
     rows = mx.array(np.nonzero(np.array(loss_mask[1:]))[0])
     if rows.size:
         h = h_low[0, rows]
