@@ -14,7 +14,15 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--data",
         required=True,
-        help="training jsonl: messages, prompt+completion or text rows (loss on completions only)",
+        help="training jsonl: messages, prompt+completion or text rows (loss on completions "
+        "only); with --task, a data file in the shape of ../shared/data",
+    )
+    p.add_argument(
+        "--task",
+        choices=["summarize", "data2text", "sql"],
+        default=None,
+        help="read --data/--val as DialogSum jsonl, E2E csv or sql-create-context jsonl, with "
+        "the prompt template of that writing tool",
     )
     p.add_argument("--val", default=None, help="validation jsonl (default: the last 5%% of --data)")
     p.add_argument("--out", required=True, help="adapter folder to write")
@@ -34,6 +42,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--warmup", type=positive_int, default=10)
     p.add_argument("--max-length", type=positive_int, default=512)
+    p.add_argument(
+        "--segment",
+        type=positive_int,
+        default=64,
+        help="stream positions per sequence per step (a random run of them; bounds memory)",
+    )
     p.add_argument("--val-every", type=positive_int, default=50)
     p.add_argument("--checkpoint-every", type=positive_int, default=25)
     p.add_argument("--seed", type=int, default=0)
@@ -55,9 +69,9 @@ def run(args) -> int:
     if out.exists() and not args.overwrite:
         raise ss.SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
     loaded = ss.load(args.model, precision=args.precision)
-    data = load_dataset(args.data, loaded.tokenizer, args.max_length)
+    data = load_dataset(args.data, loaded.tokenizer, args.max_length, args.task)
     if args.val:
-        val = load_dataset(args.val, loaded.tokenizer, args.max_length).examples
+        val = load_dataset(args.val, loaded.tokenizer, args.max_length, args.task).examples
     else:
         n_val = min(max(len(data) // 20, 1), 32)
         if len(data) - n_val < 1:
@@ -79,6 +93,7 @@ def run(args) -> int:
         val_every=args.val_every,
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
+        segment=args.segment,
     )
     print(
         f"train: {len(data)} examples ({data.truncated} truncated to {args.max_length}), "

@@ -60,9 +60,8 @@ def test_loss_equals_decoder_computation(tiny):
     params = params_for(tiny, 1)
     ids = [5, 17, 99, 23, 42, 8, 77, 61, 3, 12]
     mask = [False, False, True, True, True, True, True, True, True, True]
-    n_low = len(arch.layers) - params.config.n_msa_layers
-    h_low = forward.lower_hidden(arch, n_low, mx.array(ids))
-    got = forward.stream_loss(arch, params, h_low, mx.array(ids), mx.array(mask))
+    feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
+    got = forward.stream_loss(arch, params, feats)
     for j in range(1, 4):
         nlls = []
         for p in range(len(ids) - 1 - j):
@@ -78,6 +77,25 @@ def test_loss_equals_decoder_computation(tiny):
     assert got.total.item() == pytest.approx(
         sum(x.item() for x in got.stream_nll) + got.prune_nll.item(), rel=1e-6
     )
+
+
+def test_segment_loss_is_the_full_loss_on_those_positions(tiny):
+    """Streams of different positions never see each other, so training on a segment of
+    positions gives exactly those positions' terms of the full loss."""
+    arch = arch_of(tiny.model, "llama")
+    params = params_for(tiny, 2)
+    rng = np.random.RandomState(0)
+    ids = [int(t) for t in rng.randint(3, 200, size=40)]
+    mask = [False] * 8 + [True] * 32
+    feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
+    every = forward.stream_positions(feats.loss_mask, params.config.gamma)
+    seg = forward.segment(every, 10, np.random.RandomState(3))
+    assert len(seg) == 10 and list(seg) == list(range(seg[0], seg[0] + 10))
+    full = forward.stream_hidden(arch, params, feats, every)
+    part = forward.stream_hidden(arch, params, feats, seg)
+    rows = [list(every).index(p) for p in seg]
+    assert mx.allclose(full[mx.array(rows)], part, atol=1e-4).item()
+    assert list(forward.segment(every, 0, rng)) == list(every)
 
 
 def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_path):

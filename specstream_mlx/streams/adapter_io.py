@@ -105,7 +105,6 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
         stream_config = StreamConfig.from_dict(config["stream_config"])
     except (ValueError, KeyError, TypeError) as exc:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
-    stream_config.validate(loaded.config["num_hidden_layers"])
     problems = []
     theirs = config.get("base_model", {}).get("fingerprint", {})
     ours = base_fingerprint(loaded)
@@ -117,6 +116,7 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
             f"adapter {folder} was made for another base model "
             f"({config.get('base_model', {}).get('name')}): " + "; ".join(problems)
         )
+    stream_config.validate(loaded.config["num_hidden_layers"])
     try:
         weights = mx.load(str(folder / WEIGHTS))
     except Exception as exc:  # mlx raises RuntimeError/ValueError on a broken file

@@ -86,10 +86,9 @@ def build_chat_prompts(
         "Explain the main point of this text in simple words:\n\n{}",
     ]
     prompts += [
-        rng.choice(wiki).format(p)
-        for p in _wikitext_passages(data / "wikitext2/train.txt", share, rng)
+        rng.choice(wiki).format(p) for p in _wikitext_passages(data / wiki_file, share, rng)
     ]
-    dialogues = [json.loads(line) for line in (data / "dialogsum/train.jsonl").open()]
+    dialogues = [json.loads(line) for line in (data / f"dialogsum/{other}.jsonl").open()]
     prompts += [
         "Summarize the following dialogue.\n\n" + d["dialogue"][:1200]
         for d in rng.sample(dialogues, share)

@@ -97,10 +97,20 @@ def encode_row(tokenizer, row: dict) -> Example:
     return Example(final, mask)
 
 
-def load_dataset(path: str | Path, tokenizer, max_length: int = 512) -> Dataset:
-    """Tokenize a jsonl file; examples longer than max_length are cut (and counted)."""
+def load_dataset(
+    path: str | Path, tokenizer, max_length: int = 512, task: str | None = None
+) -> Dataset:
+    """Tokenize a jsonl file, or with `task` (summarize | data2text | sql) a data file in the
+    shape of ../shared/data rendered with that writing tool's prompt template. Examples longer
+    than max_length are cut (and counted)."""
+    if task:
+        from ..tasks import read_task_examples
+
+        rows = [ex.row() for ex in read_task_examples(task, path)]
+    else:
+        rows = read_jsonl(path)
     examples, truncated = [], 0
-    for row in read_jsonl(path):
+    for row in rows:
         ex = encode_row(tokenizer, row)
         if len(ex.ids) > max_length:
             truncated += 1
@@ -112,6 +122,7 @@ def load_dataset(path: str | Path, tokenizer, max_length: int = 512) -> Dataset:
     targets = sum(sum(e.loss_mask) for e in examples)
     summary = {
         "path": str(path),
+        "task": task,
         "examples": len(examples),
         "tokens": sum(len(e.ids) for e in examples),
         "target_tokens": targets,

@@ -1,9 +1,14 @@
-"""The training forward pass and the loss of eq. 6 for one sequence.
+"""The training forward pass and the loss of eq. 6 for one sequence (lossless mode).
 
-Every position t of a sequence carries gamma streams in the MSA layers; stream j of t attends to
-the main stream of positions <= t and to streams 1..j of t (the same mask as decoding, with the
-sequence as a chain of ancestors), and predicts token t + 1 + j. The base model is frozen in
-lossless mode, so everything below the MSA layers runs without gradients.
+Every position t that has a target carries gamma streams in the MSA layers; stream j of t attends
+to the main stream of positions <= t and to streams 1..j of t (the same mask as decoding, with the
+sequence as a chain of ancestors), and predicts token t + 1 + j.
+
+In lossless mode the base is frozen and the main stream never attends to streams, so everything
+the main stream computes is a constant of the sequence: the hidden state at the pruning point and
+the main keys/values of every MSA layer. `base_features` computes them once (the trainer caches
+them across epochs); each training step then runs only the stream rows, which attend to those
+keys/values through `FrozenMainCache`. This is exact: the loss equals the full forward's.
 """
 
 from __future__ import annotations
@@ -13,10 +18,25 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx_lm.models.cache import KVCache
 
 from ..decoding.tree_step import _msa_mask
 from ..models.arch import Arch
 from ..streams.params import StreamParams
+
+
+@dataclass
+class BaseFeatures:
+    """What the frozen base computes for one sequence, independent of the streams."""
+
+    ids: mx.array  # (T,) token ids
+    loss_mask: np.ndarray  # (T,) bool: token i is a completion token (a valid target)
+    h_low: mx.array  # (T, d) hidden state at the pruning point (input of the MSA layers)
+    main_kv: list[tuple[mx.array, mx.array]]  # per MSA layer: (1, H_kv, T, D) rotated keys, values
+
+    @property
+    def nbytes(self) -> int:
+        return self.h_low.nbytes + sum(k.nbytes + v.nbytes for k, v in self.main_kv)
 
 
 @dataclass
@@ -30,34 +50,26 @@ class StreamBatchLoss:
     counts: list[int]  # n_j per stream
 
 
+class FrozenMainCache:
+    """An MSA layer's keys/values for stream rows: the sequence's main-stream keys/values
+    (constants) followed by the stream rows of this pass."""
+
+    offset = 0  # unused: stream rows are rotated to explicit positions
+
+    def __init__(self, keys: mx.array, values: mx.array):
+        self.keys, self.values = keys, values
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        return (
+            mx.concatenate([self.keys, keys], axis=2),
+            mx.concatenate([self.values, values], axis=2),
+        )
+
+
 def stream_positions(loss_mask: np.ndarray, gamma: int) -> np.ndarray:
     """Positions whose streams have at least one target (prompt tokens need no streams)."""
     t = len(loss_mask)
     return np.array([p for p in range(t) if loss_mask[p + 2 : p + 2 + gamma].any()], dtype=int)
-
-
-def _msa_hidden(
-    arch: Arch, params: StreamParams, h_low: mx.array, positions: np.ndarray
-) -> mx.array:
-    """(1, T, d) hidden at the pruning point -> (P, gamma, d) hidden of the streams of the
-    given positions after the MSA layers."""
-    cfg = params.config
-    t, gamma, s = h_low.shape[1], cfg.gamma, len(positions)
-    n_low = len(arch.layers) - cfg.n_msa_layers
-    rows = mx.array(positions)
-    streams = h_low[0, rows, None, :] + params.stream_embeddings[None]  # (P, gamma, d)
-    x = mx.concatenate([h_low, streams.reshape(1, s * gamma, -1)], axis=1)  # (1, T+P*g, d)
-    chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
-    mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)
-    positions = mx.concatenate([mx.arange(t), mx.repeat(rows, gamma)])
-    with arch.positions(positions):
-        for i, layer in enumerate(arch.layers[n_low:]):
-            x = x + layer.self_attn(layer.input_layernorm(x), mask, None)
-            n = layer.post_attention_layernorm(x)
-            out = x + layer.mlp(n)
-            out = mx.concatenate([out[:, :t], out[:, t:] + params.adapters[i](n[:, t:])], 1)
-            x = out
-    return x[0, t:].reshape(s, gamma, -1)
 
 
 def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
@@ -68,15 +80,59 @@ def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
     return h
 
 
+def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask) -> BaseFeatures:
+    """Run the frozen base over one sequence once: the hidden state at the pruning point and the
+    main keys/values of each MSA layer (a KV cache records them)."""
+    ids = mx.array(ids)
+    n_low = len(arch.layers) - n_msa_layers
+    h = lower_hidden(arch, n_low, ids)  # (1, T, d)
+    h_low, caches = h[0], [KVCache() for _ in range(n_msa_layers)]
+    for layer, cache in zip(arch.layers[n_low:], caches, strict=True):
+        h = layer(h, "causal", cache)
+    main_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in caches]
+    mx.eval(h_low, main_kv)
+    return BaseFeatures(ids, np.asarray(loss_mask, bool), h_low, main_kv)
+
+
+def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray):
+    """(P, gamma, d) last hidden states of the streams of `positions` after the MSA layers."""
+    cfg = params.config
+    t, gamma, s = feats.h_low.shape[0], cfg.gamma, len(positions)
+    n_low = len(arch.layers) - cfg.n_msa_layers
+    rows = mx.array(positions)
+    x = feats.h_low[rows, None, :] + params.stream_embeddings[None]  # (P, gamma, d)
+    x = x.reshape(1, s * gamma, -1)
+    chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
+    mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)[t:]  # stream rows
+    with arch.positions(mx.repeat(rows, gamma)):
+        for i, layer in enumerate(arch.layers[n_low:]):
+            main_kv = FrozenMainCache(*feats.main_kv[i])
+            x = x + layer.self_attn(layer.input_layernorm(x), mask, main_kv)
+            n = layer.post_attention_layernorm(x)
+            x = x + layer.mlp(n) + params.adapters[i](n)  # stream adapters: stream rows only
+    return x[0].reshape(s, gamma, -1)
+
+
+def segment(positions: np.ndarray, length: int, rng: np.random.RandomState) -> np.ndarray:
+    """A random run of `length` consecutive stream positions (all of them when fewer): the
+    paper's segment attention, which bounds the stream activations alive in one step."""
+    if length <= 0 or len(positions) <= length:
+        return positions
+    start = rng.randint(0, len(positions) - length + 1)
+    return positions[start : start + length]
+
+
 def stream_loss(
-    arch: Arch, params: StreamParams, h_low: mx.array, ids: mx.array, loss_mask: mx.array
+    arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray | None = None
 ) -> StreamBatchLoss:
     """Lossless-mode loss for one sequence: alpha_0 = 0, alpha_j = 1, plus the pruning head's
-    next-token NLL. `loss_mask[i]` says token i is a completion token (a valid target)."""
+    next-token NLL. `positions` (default: every position with a stream target) carry streams;
+    the pruning head learns on the targets those positions' streams cover."""
     cfg = params.config
-    mask_np = np.array(loss_mask)
-    positions = stream_positions(mask_np, cfg.gamma)
-    hidden = _msa_hidden(arch, params, h_low, positions)  # (P, gamma, d)
+    ids, mask_np = feats.ids, feats.loss_mask
+    if positions is None:
+        positions = stream_positions(mask_np, cfg.gamma)
+    hidden = stream_hidden(arch, params, feats, positions)  # (P, gamma, d)
     # Every (position, stream) pair with a target: stream j at position p predicts p + 1 + j.
     pairs = [
         (i, j)
@@ -104,9 +160,13 @@ def stream_loss(
         correct.append(hits[start : start + n])
         total = total + stream_nll[-1]
         start += n
-    rows = mx.array(np.nonzero(np.array(loss_mask[1:]))[0])
+    # the pruning head learns next-token prediction on the rows these positions' streams span
+    covered = np.zeros(len(mask_np) - 1, bool)  # row r predicts token r + 1
+    if len(positions):
+        covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
+    rows = mx.array(np.nonzero(mask_np[1:] & covered)[0])
     if rows.size:
-        h = h_low[0, rows]
+        h = feats.h_low[rows]
         prune_logits = arch.lm_head(arch.norm(h + params.prune(h)))
         prune_nll = nn.losses.cross_entropy(prune_logits, ids[rows + 1], reduction="mean")
     else:

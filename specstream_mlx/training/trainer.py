@@ -23,7 +23,14 @@ from ..errors import SpecstreamError
 from ..models.arch import arch_of
 from ..streams.params import StreamParams
 from .data import Dataset, Example
-from .forward import _msa_hidden, lower_hidden, stream_loss
+from .forward import (
+    BaseFeatures,
+    base_features,
+    segment,
+    stream_hidden,
+    stream_loss,
+    stream_positions,
+)
 
 
 @dataclass
@@ -35,6 +42,7 @@ class TrainConfig:
     val_every: int = 50
     checkpoint_every: int = 25
     seed: int = 0
+    segment: int = 64  # stream positions per sequence per step (a random run); 0 = all
 
 
 @dataclass
@@ -55,23 +63,20 @@ def _leading_true(hits: np.ndarray) -> np.ndarray:
     return np.cumprod(hits, axis=1).sum(axis=1)
 
 
-def validate(arch, params: StreamParams, examples: list[Example]) -> Validation:
+def validate(arch, params: StreamParams, features: list[BaseFeatures]) -> Validation:
     """Streams' greedy and top-k hits on held-out sequences, where all gamma targets exist."""
     cfg = params.config
-    n_low = len(arch.layers) - cfg.n_msa_layers
     top1, topk = [], []
-    for ex in examples:
-        ids = mx.array(ex.ids)
-        mask = np.array(ex.loss_mask)
-        t = len(ex.ids)
+    for feats in features:
+        mask, t = feats.loss_mask, len(feats.loss_mask)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
         rows = [p for p in range(t - 1 - cfg.gamma) if mask[p + 1 : p + 2 + cfg.gamma].all()]
         if not rows:
             continue
-        h_low = lower_hidden(arch, n_low, ids)
-        hidden = _msa_hidden(arch, params, h_low, np.array(rows))  # (P, gamma, d)
+        hidden = stream_hidden(arch, params, feats, np.array(rows))  # (P, gamma, d)
         logits = arch.lm_head(arch.norm(hidden))  # (P, gamma, V)
-        targets = np.array([[ex.ids[p + 1 + j] for j in range(1, cfg.gamma + 1)] for p in rows])
+        ids = np.array(feats.ids)
+        targets = np.array([[ids[p + 1 + j] for j in range(1, cfg.gamma + 1)] for p in rows])
         best = np.array(mx.argpartition(-logits, cfg.top_k - 1, axis=-1)[..., : cfg.top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
         topk.append((best == targets[..., None]).any(-1))
@@ -84,6 +89,26 @@ def validate(arch, params: StreamParams, examples: list[Example]) -> Validation:
         tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
         positions=int(top1.shape[0]),
     )
+
+
+class FeatureCache:
+    """The frozen base's features of each training sequence, computed on first use and kept
+    while they fit in `max_bytes` (a later epoch then runs only the streams)."""
+
+    def __init__(self, arch, n_msa_layers: int, examples: list[Example], max_bytes: int):
+        self.arch, self.n_msa_layers, self.examples = arch, n_msa_layers, examples
+        self.max_bytes, self.nbytes = max_bytes, 0
+        self.kept: dict[int, BaseFeatures] = {}
+
+    def __getitem__(self, i: int) -> BaseFeatures:
+        if i in self.kept:
+            return self.kept[i]
+        ex = self.examples[i]
+        feats = base_features(self.arch, self.n_msa_layers, ex.ids, ex.loss_mask)
+        if self.nbytes + feats.nbytes <= self.max_bytes:
+            self.kept[i] = feats
+            self.nbytes += feats.nbytes
+        return feats
 
 
 class Checkpoint:
@@ -119,11 +144,28 @@ class Checkpoint:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def make_optimizer(cfg: TrainConfig) -> optim.Optimizer:
-    warmup = optim.linear_schedule(cfg.learning_rate / 10, cfg.learning_rate, max(cfg.warmup, 1))
-    decay = optim.linear_schedule(cfg.learning_rate, 0.0, max(cfg.steps - cfg.warmup, 1))
-    schedule = optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
-    return optim.AdamW(learning_rate=schedule, weight_decay=0.0)
+def hidden_scale(features: list[BaseFeatures]) -> float:
+    """Median per-token RMS of the hidden state at the pruning point."""
+    rms = [np.array(mx.sqrt((f.h_low * f.h_low).mean(axis=-1))) for f in features]
+    return float(np.median(np.concatenate(rms)))
+
+
+def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
+    """AdamW with warmup and linear decay. Adam moves every weight by about the learning rate per
+    step whatever the weight's scale; stream embeddings are added to hidden states of RMS
+    `embedding_scale` (about 17 for SmolLM2), so their learning rate is scaled to match."""
+
+    def schedule(lr: float):
+        warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
+        decay = optim.linear_schedule(lr, 0.0, max(cfg.steps - cfg.warmup, 1))
+        return optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
+
+    lr = cfg.learning_rate
+    embeddings = optim.AdamW(learning_rate=schedule(lr * embedding_scale), weight_decay=0.0)
+    rest = optim.AdamW(learning_rate=schedule(lr), weight_decay=0.0)
+    return optim.MultiOptimizer(
+        [embeddings, rest], [lambda path, _: path.startswith("stream_embeddings")]
+    )
 
 
 def train(
@@ -135,19 +177,22 @@ def train(
     cfg: TrainConfig,
     log=print,
     stop_after: int | None = None,
+    feature_cache_bytes: int = 3 << 30,
 ) -> dict:
     """Train `params` on `data` (lossless mode: the base model is never updated).
 
     Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
-    steps of this call (as an interruption would), leaving the checkpoint. Returns the progress
-    record: losses, validations, timing.
+    steps of this call (as an interruption would), leaving the checkpoint. The frozen base's
+    features of up to `feature_cache_bytes` of training sequences are kept between epochs.
+    Returns the progress record: losses, validations, timing.
     """
     if params.config.mode != "lossless":
         raise SpecstreamError("only lossless training is implemented so far")
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    n_low = len(arch.layers) - params.config.n_msa_layers
-    optimizer = make_optimizer(cfg)
+    n_msa, gamma = params.config.n_msa_layers, params.config.gamma
+    features = FeatureCache(arch, n_msa, data.examples, feature_cache_bytes)
+    val_features = [base_features(arch, n_msa, ex.ids, ex.loss_mask) for ex in val]
     checkpoint = Checkpoint(out_dir)
     progress = {
         "step": 0,
@@ -157,8 +202,12 @@ def train(
         "train_config": asdict(cfg),
         "seconds": 0.0,
         "target_tokens": 0,
+        "embedding_scale": hidden_scale(val_features),
     }
+    optimizer = None
     if checkpoint.exists():
+        saved = json.loads((checkpoint.path / "progress.json").read_text())
+        optimizer = make_optimizer(cfg, saved.get("embedding_scale", progress["embedding_scale"]))
         progress = checkpoint.load(params, optimizer)
         if progress["train_config"] != asdict(cfg):
             raise SpecstreamError(
@@ -166,26 +215,32 @@ def train(
                 "remove it or use the same flags"
             )
         log(f"resuming from step {progress['step']} ({checkpoint.path})")
+    optimizer = optimizer or make_optimizer(cfg, progress["embedding_scale"])
 
-    def loss_fn(p, h_low, ids, mask):
-        return stream_loss(arch, p, h_low, ids, mask).total
+    def loss_fn(p, feats, positions):
+        out = stream_loss(arch, p, feats, positions)
+        return out.total, mx.stack(out.stream_nll)
 
     loss_and_grad = nn.value_and_grad(params, loss_fn)
     done_here = 0
     while progress["step"] < cfg.steps:
         start = time.perf_counter()
-        grads, losses, tokens = None, [], 0
+        grads, losses, per_stream, tokens = None, [], [], 0
         for _ in range(cfg.batch_size):
-            ex = data.examples[_example_order(len(data), progress["examples_seen"], cfg.seed)]
+            i = _example_order(len(data), progress["examples_seen"], cfg.seed)
             progress["examples_seen"] += 1
-            ids, mask = mx.array(ex.ids), mx.array(ex.loss_mask)
-            h_low = mx.stop_gradient(lower_hidden(arch, n_low, ids))
-            loss, g = loss_and_grad(params, h_low, ids, mask)
+            feats = features[i]
+            rng = np.random.RandomState([cfg.seed, progress["examples_seen"]])
+            positions = segment(stream_positions(feats.loss_mask, gamma), cfg.segment, rng)
+            (loss, nlls), g = loss_and_grad(params, feats, positions)
             grads = g if grads is None else tree_map(mx.add, grads, g)
             losses.append(loss)
-            tokens += len(ex.ids)
+            per_stream.append(nlls)
+            tokens += len(data.examples[i].ids)
+            mx.eval(grads, loss, nlls)  # bound the graph to one sequence
         grads = tree_map(lambda x: x / cfg.batch_size, grads)
         loss = mx.stack(losses).mean()
+        stream_nll = mx.stack(per_stream).mean(axis=0).tolist()
         mx.eval(loss, grads)
         if not math.isfinite(loss.item()):
             raise SpecstreamError(
@@ -200,11 +255,11 @@ def train(
         progress["target_tokens"] += tokens
         progress["history"].append({"step": progress["step"], "loss": round(loss.item(), 4)})
         log(
-            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} "
-            f"{tokens / seconds:.0f} tokens/s"
+            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} stream nll "
+            f"[{', '.join(f'{x:.2f}' for x in stream_nll)}] {tokens / seconds:.0f} tokens/s"
         )
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
-            v = validate(arch, params, val)
+            v = validate(arch, params, val_features)
             progress["validations"].append({"step": progress["step"], **asdict(v)})
             log(
                 f"validation step {progress['step']}: stream top-1 {v.stream_accuracy} "

@@ -1,0 +1,125 @@
+"""The writing tools' tasks: their prompt templates and readers for the real data sets in the
+shapes of ../shared/data. Training, benchmarks and the `write` tools all build prompts here, so an
+adapter always sees at run time exactly the prompt it was trained on.
+
+- summarize: DialogSum rows {"dialogue", "summary"} (test files may carry "summaries", a list)
+- data2text: E2E CSV with columns mr, ref (several rows per MR: the references of that MR)
+- sql: sql-create-context rows {"question", "context", "answer"}
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpecstreamError
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # the writing tool: summarize | data2text | sql
+    dataset: str  # the data set its training rows come from
+    template: str  # str.format template over the row's input fields
+    fields: tuple[str, ...]  # input fields the template needs
+
+    def prompt(self, **inputs: str) -> str:
+        missing = [f for f in self.fields if not str(inputs.get(f, "")).strip()]
+        if missing:
+            raise SpecstreamError(f"{self.name}: missing input {', '.join(missing)}")
+        return self.template.format(**{f: str(inputs[f]).strip() for f in self.fields})
+
+
+TASKS = {
+    "summarize": Task(
+        "summarize",
+        "dialogsum",
+        "Summarize the following dialogue in one or two sentences.\n\n{dialogue}",
+        ("dialogue",),
+    ),
+    "data2text": Task(
+        "data2text",
+        "e2e",
+        "Write a short restaurant description that states every attribute below.\n\n{mr}",
+        ("mr",),
+    ),
+    "sql": Task(
+        "sql",
+        "sql",
+        "Write the SQL query that answers the question for this table. Answer with the query "
+        "only.\n\n{context}\n\nQuestion: {question}",
+        ("context", "question"),
+    ),
+}
+
+
+@dataclass
+class TaskExample:
+    prompt: str
+    references: list[str]  # every reference answer (the first is the training target)
+
+    def row(self) -> dict:
+        """The {"prompt", "completion"} training row."""
+        return {"prompt": self.prompt, "completion": self.references[0]}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise SpecstreamError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def read_task_examples(name: str, path: str | Path, limit: int | None = None) -> list[TaskExample]:
+    """Examples of task `name` from a data file in its data set's shape. E2E rows are grouped by
+    MR (one example, all its references); DialogSum's optional "summaries" add references."""
+    task, path = get_task(name), Path(path)
+    if not path.is_file():
+        raise SpecstreamError(f"data file not found: {path}")
+    if task.dataset == "e2e":
+        examples = _read_e2e(task, path)
+    else:
+        examples = _read_jsonl(task, path)
+    if not examples:
+        raise SpecstreamError(f"no {name} examples in {path}")
+    return examples[:limit] if limit else examples
+
+
+def _read_jsonl(task: Task, path: Path) -> list[TaskExample]:
+    answer_key = {"dialogsum": "summary", "sql": "answer"}[task.dataset]
+    examples, problems = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                refs = [row[answer_key]] if answer_key in row else []
+                refs += [r for r in row.get("summaries", []) if r not in refs]
+                if not refs:
+                    raise KeyError(answer_key)
+                examples.append(TaskExample(task.prompt(**row), [r.strip() for r in refs]))
+            except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
+                problems.append(f"line {number}: {type(exc).__name__} {exc}")
+    _report(problems, path, task)
+    return examples
+
+
+def _read_e2e(task: Task, path: Path) -> list[TaskExample]:
+    refs: dict[str, list[str]] = {}
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or not {"mr", "ref"} <= set(reader.fieldnames):
+            raise SpecstreamError(f"{path}: an E2E CSV needs the columns mr,ref")
+        for row in reader:
+            if row["mr"] and row["ref"]:
+                refs.setdefault(row["mr"].strip(), []).append(row["ref"].strip())
+    return [TaskExample(task.prompt(mr=mr), r) for mr, r in refs.items()]
+
+
+def _report(problems: list[str], path: Path, task: Task) -> None:
+    if problems:
+        shown = "; ".join(problems[:10]) + (
+            f"; ... {len(problems) - 10} more" if len(problems) > 10 else ""
+        )
+        raise SpecstreamError(f"malformed {task.dataset} data in {path}: {shown}")

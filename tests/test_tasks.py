@@ -1,0 +1,69 @@
+"""Writing-tool tasks: prompt templates and readers over the real data sets in ../shared/data."""
+
+import json
+
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.tasks import TASKS, get_task, read_task_examples
+from specstream_mlx.training.data import load_dataset
+
+from .conftest import DATA
+
+FILES = {"summarize": "dialogsum/dev.jsonl", "data2text": "e2e/dev.csv", "sql": "sql/dev.jsonl"}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_real_dev_files_read_with_the_tool_template(name):
+    path = DATA / FILES[name]
+    if not path.is_file():
+        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
+    examples = read_task_examples(name, path)
+    assert len(examples) > 100
+    first = examples[0]
+    assert first.prompt.startswith(get_task(name).template.split("{")[0])
+    assert all(ex.references and all(r.strip() for r in ex.references) for ex in examples)
+
+
+def test_e2e_groups_references_by_mr():
+    examples = read_task_examples("data2text", DATA / "e2e" / "dev.csv")
+    prompts = [ex.prompt for ex in examples]
+    assert len(prompts) == len(set(prompts))  # one example per MR
+    assert max(len(ex.references) for ex in examples) > 1  # several references per MR
+    rows = sum(1 for _ in open(DATA / "e2e" / "dev.csv", encoding="utf-8")) - 1
+    assert sum(len(ex.references) for ex in examples) <= rows
+
+
+def test_dialogsum_extra_references_and_bad_rows(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [
+        {"dialogue": "#Person1#: Hi.\n#Person2#: Hello.", "summary": "A", "summaries": ["A", "B"]},
+        {"dialogue": "#Person1#: Bye.", "summary": "C"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    examples = read_task_examples("summarize", path)
+    assert [ex.references for ex in examples] == [["A", "B"], ["C"]]
+    path.write_text('{"dialogue": "x"}\nnot json\n{"summary": "y"}\n')
+    with pytest.raises(ss.SpecstreamError, match="line 1: .*line 2: .*line 3: "):
+        read_task_examples("summarize", path)
+
+
+def test_unknown_task_and_missing_file(tmp_path):
+    with pytest.raises(ss.SpecstreamError, match="unknown task 'poem'"):
+        get_task("poem")
+    with pytest.raises(ss.SpecstreamError, match="not found"):
+        read_task_examples("sql", tmp_path / "none.jsonl")
+    with pytest.raises(ss.SpecstreamError, match="missing input question"):
+        get_task("sql").prompt(context="CREATE TABLE t (a INT)")
+
+
+def test_task_training_rows_mask_the_prompt(tiny_folders):
+    loaded = ss.load(str(tiny_folders["llama"]))
+    data = load_dataset(DATA / "sql" / "dev.jsonl", loaded.tokenizer, 512, task="sql")
+    ex = data.examples[0]
+    targets = [t for t, m in zip(ex.ids, ex.loss_mask, strict=True) if m]
+    completion = loaded.tokenizer.decode(targets)
+    first = read_task_examples("sql", DATA / "sql" / "dev.jsonl")[0]
+    assert completion.strip().startswith(first.references[0][:20])
+    assert "Question:" not in completion
+    assert data.summary["task"] == "sql"
