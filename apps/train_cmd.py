@@ -1,4 +1,4 @@
-"""`specstream train`: train a stream adapter (lossless mode) on jsonl data."""
+"""`specstream train`: train a stream adapter (lossless or shared mode) on jsonl data."""
 
 from __future__ import annotations
 
@@ -28,15 +28,19 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="adapter folder to write")
     p.add_argument(
         "--mode",
-        choices=["lossless"],
+        choices=["lossless", "shared"],
         default="lossless",
-        help="lossless: frozen base, streams only (shared mode: not yet)",
+        help="lossless: frozen base, streams only (output unchanged); shared: LoRA in every "
+        "layer shared by main stream and streams, the main stream attends to its streams "
+        "(fine-tunes the model for the task)",
     )
     add_model_args(p)
     p.add_argument("--gamma", type=positive_int, default=4)
     p.add_argument("--msa-layers", type=positive_int, default=4)
     p.add_argument("--tree-top-k", type=positive_int, default=3)
-    p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank")
+    p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank (lossless)")
+    p.add_argument("--lora-rank", type=positive_int, default=8, help="LoRA rank (shared)")
+    p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared)")
     p.add_argument("--steps", type=positive_int, default=200)
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--lr", type=float, default=5e-4)
@@ -61,6 +65,7 @@ def run(args) -> int:
     import specstream_mlx as ss
     from specstream_mlx.streams.adapter_io import save_adapter
     from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
     from specstream_mlx.training.data import load_dataset
     from specstream_mlx.training.trainer import Checkpoint, TrainConfig, train
@@ -83,8 +88,12 @@ def run(args) -> int:
         top_k=args.tree_top_k,
         stream_adapter_rank=args.rank,
         mode=args.mode,
+        lora_rank=args.lora_rank,
+        lora_scale=args.lora_scale,
     ).validate(loaded.config["num_hidden_layers"])
     params = StreamParams(stream_config, loaded.config["hidden_size"])
+    if args.mode == "shared":
+        apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,

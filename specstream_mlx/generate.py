@@ -178,6 +178,15 @@ def stream_generate(
         steps = speculative_decode(
             loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits
         )
+    elif loaded.streams is not None and loaded.streams.config.mode == "shared":
+        # A shared-mode adapter changes the model itself: its main stream attends to its own
+        # streams, so plain decoding runs them too (one token per pass, no draft).
+        if not sampling.greedy:
+            raise SpecstreamError("sampling with a shared-mode adapter is not supported yet")
+        arch = arch_of(loaded.model, loaded.config["model_type"])
+        steps = speculative_decode(
+            loaded.model, arch, loaded.streams, prompt_ids, budget, None, kv_bits, draft=False
+        )
     else:
         steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling), kv_bits)
     for step in steps:

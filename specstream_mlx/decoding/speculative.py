@@ -14,7 +14,7 @@ from .kv import compact
 from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
 from .tree import accept_greedy, draft_tree
-from .tree_step import tree_forward
+from .tree_step import prefill_with_streams, tree_forward
 
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
@@ -28,15 +28,22 @@ def speculative_decode(
     max_tokens: int,
     draft_override: DraftOverride | None = None,
     kv_bits: int | None = None,
+    draft: bool = True,
 ) -> Iterator[Step]:
-    """Yield the tokens each forward pass accepts until `max_tokens` are decided."""
+    """Yield the tokens each forward pass accepts until `max_tokens` are decided.
+
+    draft=False never drafts (one token per pass, streams still computed): plain decoding of a
+    shared-mode model, whose main stream attends to its own streams."""
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
     caches = make_cache(model, kv_bits)
-    prefix = mx.array(prompt_ids[:-1])
-    for start in range(0, prefix.size, PREFILL_CHUNK):
-        model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
-        mx.eval([c.state for c in caches])
+    if cfg.mode == "shared":
+        prefill_with_streams(arch, params, prompt_ids[:-1], caches, PREFILL_CHUNK)
+    else:
+        prefix = mx.array(prompt_ids[:-1])
+        for start in range(0, prefix.size, PREFILL_CHUNK):
+            model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
+            mx.eval([c.state for c in caches])
     root, stream_tokens, decided = prompt_ids[-1], [], 0
     history = list(prompt_ids)
     while decided < max_tokens:
@@ -52,7 +59,9 @@ def speculative_decode(
         decided += len(tokens)
         history.extend(tokens)
         root = tokens[-1]
-        if draft_override is not None:
+        if not draft:
+            stream_tokens = []
+        elif draft_override is not None:
             stream_tokens = draft_override(history)
         else:
             stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)

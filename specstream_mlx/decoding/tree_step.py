@@ -60,17 +60,52 @@ def _msa_mask(
     return mx.array(np.concatenate([main, streams], axis=0))
 
 
+def _lower_layers(arch: Arch, n_low: int, tree: Tree, caches: list, prefix: int) -> mx.array:
+    """(1, N, d): every tree node through the layers below the pruning point (all cached)."""
+    h = arch.embed(mx.array(tree.tokens)[None])  # (1, N, d)
+    mask = _lower_mask(tree, prefix)
+    with arch.positions(mx.array(tree.depths) + prefix):
+        for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
+            h = layer(h, mask, cache)
+    return h
+
+
+def _msa_layers(
+    arch: Arch,
+    params: StreamParams,
+    main: mx.array,
+    depths: mx.array,
+    anc: np.ndarray,
+    caches: list,
+    prefix: int,
+) -> mx.array:
+    """main (1, M, d) hidden of M nodes at the pruning point, their depths (M,) and ancestors
+    (M, M) -> (1, M(1+gamma), d): main rows, then each node's gamma streams. Only main rows
+    enter the caches; caches=None runs without any (training)."""
+    cfg = params.config
+    n_low, m, gamma = len(arch.layers) - cfg.n_msa_layers, main.shape[1], cfg.gamma
+    streams = main[0, :, None, :] + params.stream_embeddings[None]  # (M, gamma, d)
+    x = mx.concatenate([main, streams.reshape(1, m * gamma, -1)], axis=1)  # (1, M(1+g), d)
+    positions = mx.concatenate([depths, mx.repeat(depths, gamma)]) + prefix
+    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared")
+    with arch.positions(positions):
+        for i, layer in enumerate(arch.layers[n_low:]):
+            cache = None if caches is None else MainOnlyCache(caches[n_low + i], m)
+            x = x + layer.self_attn(layer.input_layernorm(x), mask, cache)
+            n = layer.post_attention_layernorm(x)
+            out = x + layer.mlp(n)
+            if cfg.mode == "lossless":  # stream adapters act on stream rows only
+                out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
+            x = out
+    return x
+
+
 def tree_forward(
     arch: Arch, params: StreamParams, tree: Tree, caches: list, prefix: int
 ) -> TreeOutput:
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
-    depths = mx.array(tree.depths)
-    h = arch.embed(mx.array(tree.tokens)[None])  # (1, N, d)
-    mask = _lower_mask(tree, prefix)
-    with arch.positions(depths + prefix):
-        for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
-            h = layer(h, mask, cache)
+    h = _lower_layers(arch, n_low, tree, caches, prefix)
 
     survivors = list(range(len(tree)))
     # The early-exit head is only needed when something can be cut.
@@ -86,24 +121,29 @@ def tree_forward(
         survivors = prune(tree, transition, cfg.prune_threshold, cfg.max_tree_nodes)
 
     m, gamma = len(survivors), cfg.gamma
-    main = h[:, survivors]  # (1, M, d)
-    streams = main[0, :, None, :] + params.stream_embeddings[None]  # (M, gamma, d)
-    x = mx.concatenate([main, streams.reshape(1, m * gamma, -1)], axis=1)  # (1, M(1+g), d)
-    kept_depths = depths[mx.array(survivors)]
-    positions = mx.concatenate([kept_depths, mx.repeat(kept_depths, gamma)]) + prefix
+    kept = mx.array(survivors)
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
-    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared")
-    with arch.positions(positions):
-        for i, (layer, cache) in enumerate(zip(arch.layers[n_low:], caches[n_low:], strict=True)):
-            x = x + layer.self_attn(layer.input_layernorm(x), mask, MainOnlyCache(cache, m))
-            n = layer.post_attention_layernorm(x)
-            out = x + layer.mlp(n)
-            if cfg.mode == "lossless":  # stream adapters act on stream rows only
-                out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
-            x = out
+    depths = mx.array(tree.depths)[kept]
+    x = _msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
     if m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
         return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
     return TreeOutput(survivors, main_logits, stream_hidden)
+
+
+def prefill_with_streams(
+    arch: Arch, params: StreamParams, tokens: list[int], caches: list, chunk: int
+) -> None:
+    """Shared mode: a token's main stream attends to its own streams in the MSA layers, so the
+    prompt's tokens run with their streams too (as a chain, `chunk` tokens per pass)."""
+    n_low = len(arch.layers) - params.config.n_msa_layers
+    for start in range(0, len(tokens), chunk):
+        piece = tokens[start : start + chunk]
+        chain = Tree(piece, list(range(-1, len(piece) - 1)), list(range(len(piece))))
+        prefix = caches[0].offset
+        h = _lower_layers(arch, n_low, chain, caches, prefix)
+        depths = mx.array(chain.depths)
+        _msa_layers(arch, params, h, depths, chain.ancestors(), caches, prefix)
+        mx.eval([c.state for c in caches])

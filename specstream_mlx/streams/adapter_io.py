@@ -16,6 +16,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..errors import SpecstreamError
 from .config import StreamConfig
+from .lora import apply_lora, load_lora_weights, lora_weights, remove_lora
 from .params import StreamParams
 
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
@@ -47,11 +48,14 @@ def save_adapter(
     extra: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write an adapter folder atomically (built beside the target, then renamed)."""
+    """Write an adapter folder atomically (built beside the target, then renamed). A shared-mode
+    adapter also holds the LoRA tensors of `loaded.model`."""
     folder = Path(folder)
     if folder.exists() and not overwrite:
         raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
     weights = dict(tree_flatten(params.parameters()))
+    if params.config.mode == "shared":
+        weights.update(lora_weights(loaded.model))
     config = {
         "format_version": FORMAT_VERSION,
         "stream_config": params.config.to_dict(),
@@ -96,7 +100,8 @@ def resolve_adapter(name: str | os.PathLike) -> Path:
 
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
     """Read an adapter folder (or shipped adapter name) for `loaded`; one SpecstreamError lists
-    every mismatch."""
+    every mismatch. A shared-mode adapter puts its LoRA layers on `loaded.model` (unfused; any
+    LoRA layers already there are replaced); a lossless one takes them off."""
     folder = resolve_adapter(folder)
     if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
@@ -125,6 +130,14 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
         ) from None
     params = StreamParams(stream_config, loaded.config["hidden_size"])
     expected = dict(tree_flatten(params.parameters()))
+    shared = stream_config.mode == "shared"
+    lora_names: set[str] = set()
+    if shared:
+        apply_lora(loaded.model, stream_config.lora_rank, stream_config.lora_scale)
+        lora_names = set(lora_weights(loaded.model))
+        expected.update(lora_weights(loaded.model))
+    else:
+        remove_lora(loaded.model)
     for name in sorted(set(expected) - set(weights)):
         problems.append(f"missing tensor {name} {list(expected[name].shape)}")
     for name in sorted(set(weights) - set(expected)):
@@ -135,7 +148,11 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
                 f"{name}: shape {list(weights[name].shape)}, expected {list(expected[name].shape)}"
             )
     if problems:
+        remove_lora(loaded.model)
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
-    params.update(tree_unflatten([(k, v.astype(mx.float32)) for k, v in weights.items()]))
-    mx.eval(params.parameters())
+    weights = {k: v.astype(mx.float32) for k, v in weights.items()}
+    params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
+    if shared:
+        load_lora_weights(loaded.model, {k: weights[k] for k in lora_names})
+    mx.eval(params.parameters(), loaded.model.parameters())
     return params

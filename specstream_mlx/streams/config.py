@@ -18,7 +18,9 @@ class StreamConfig:
     prune_threshold: float = 0.0  # drop a child whose early-exit transition probability is lower
     stream_adapter_rank: int = 8
     prune_rank: int = 8
-    mode: str = "lossless"
+    mode: str = "lossless"  # lossless: frozen base; shared: LoRA in all layers, main sees streams
+    lora_rank: int = 8  # shared mode: rank of the LoRA adapters in every layer
+    lora_scale: float = 20.0  # shared mode: LoRA output scale (mlx-lm's; PEFT's alpha / r)
 
     def validate(self, n_layers: int | None = None) -> StreamConfig:
         """Raise one SpecstreamError listing every out-of-range field."""
@@ -36,6 +38,8 @@ class StreamConfig:
             problems.append(f"prune_threshold must be in [0, 1), got {self.prune_threshold}")
         if self.stream_adapter_rank < 1 or self.prune_rank < 1:
             problems.append("stream_adapter_rank and prune_rank must be >= 1")
+        if self.mode == "shared" and self.lora_rank < 1:
+            problems.append(f"lora_rank must be >= 1 in shared mode, got {self.lora_rank}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:

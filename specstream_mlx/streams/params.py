@@ -22,17 +22,19 @@ class LowRank(nn.Module):
 
 
 class StreamParams(nn.Module):
-    """Stream identifier embeddings P_j (gamma, d), one stream adapter per MSA layer (applied to
-    stream rows of the MLP path only, lossless mode), and the pruning projection
-    o(h) = h + low_rank(h) (identity at init) whose output feeds the base head (early exit)."""
+    """Stream identifier embeddings P_j (gamma, d), in lossless mode one stream adapter per MSA
+    layer (applied to stream rows of the MLP path only), and the pruning projection
+    o(h) = h + low_rank(h) (identity at init) whose output feeds the base head (early exit).
+    Shared mode has no stream adapters: its LoRA layers live in the model (streams/lora.py)."""
 
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
         self.config = config
         self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
-        self.adapters = [
-            LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
-        ]
+        if config.mode == "lossless":
+            self.adapters = [
+                LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
+            ]
         self.prune = LowRank(dims, config.prune_rank)
 
     def randomize(self, seed: int) -> StreamParams:

@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from ..decoding.tree_step import _msa_mask
+from ..decoding.tree_step import _msa_layers, _msa_mask
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 
@@ -48,6 +48,7 @@ class StreamBatchLoss:
     prune_nll: mx.array
     stream_correct: list[mx.array]  # (n_j,) bool per stream: greedy prediction == target
     counts: list[int]  # n_j per stream
+    main_nll: mx.array | None = None  # shared mode: the next-token NLL of the main stream
 
 
 class FrozenMainCache:
@@ -133,16 +134,27 @@ def stream_loss(
     if positions is None:
         positions = stream_positions(mask_np, cfg.gamma)
     hidden = stream_hidden(arch, params, feats, positions)  # (P, gamma, d)
+    stream_nll, correct, counts = _stream_terms(arch, hidden, positions, ids, mask_np, cfg.gamma)
+    total = sum(stream_nll, mx.array(0.0))
+    # the pruning head learns next-token prediction on the rows these positions' streams span
+    covered = np.zeros(len(mask_np) - 1, bool)  # row r predicts token r + 1
+    if len(positions):
+        covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
+    prune_nll = _prune_nll(arch, params, feats.h_low, ids, np.nonzero(mask_np[1:] & covered)[0])
+    return StreamBatchLoss(total + prune_nll, stream_nll, prune_nll, correct, counts)
+
+
+def _stream_terms(arch: Arch, hidden: mx.array, positions: np.ndarray, ids, mask_np, gamma: int):
+    """Mean NLL and hits of each stream j over the (position, j) pairs that have a target."""
     # Every (position, stream) pair with a target: stream j at position p predicts p + 1 + j.
     pairs = [
         (i, j)
-        for j in range(1, cfg.gamma + 1)
+        for j in range(1, gamma + 1)
         for i, p in enumerate(positions)
         if p + 1 + j < len(mask_np) and mask_np[p + 1 + j]
     ]
-    counts = [sum(1 for _, j in pairs if j == k) for k in range(1, cfg.gamma + 1)]
+    counts = [sum(1 for _, j in pairs if j == k) for k in range(1, gamma + 1)]
     stream_nll, correct = [], []
-    total = mx.array(0.0)
     if pairs:
         idx, js = mx.array([i for i, _ in pairs]), mx.array([j for _, j in pairs])
         # one LM-head pass for all streams: the head's weights are read once
@@ -158,17 +170,47 @@ def stream_loss(
             continue
         stream_nll.append(nll[start : start + n].mean())
         correct.append(hits[start : start + n])
-        total = total + stream_nll[-1]
         start += n
-    # the pruning head learns next-token prediction on the rows these positions' streams span
-    covered = np.zeros(len(mask_np) - 1, bool)  # row r predicts token r + 1
-    if len(positions):
-        covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
-    rows = mx.array(np.nonzero(mask_np[1:] & covered)[0])
-    if rows.size:
-        h = feats.h_low[rows]
-        prune_logits = arch.lm_head(arch.norm(h + params.prune(h)))
-        prune_nll = nn.losses.cross_entropy(prune_logits, ids[rows + 1], reduction="mean")
-    else:
-        prune_nll = mx.array(0.0)
-    return StreamBatchLoss(total + prune_nll, stream_nll, prune_nll, correct, counts)
+    return stream_nll, correct, counts
+
+
+def _prune_nll(arch: Arch, params: StreamParams, h_low: mx.array, ids, rows: np.ndarray):
+    """The pruning head's next-token NLL on hidden rows `rows` (row r predicts token r + 1)."""
+    if not len(rows):
+        return mx.array(0.0)
+    h = h_low[mx.array(rows)]
+    logits = arch.lm_head(arch.norm(h + params.prune(h)))
+    return nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
+
+
+def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array):
+    """Shared mode, the whole model with its LoRA layers over one sequence; every position
+    carries streams, and in the MSA layers the main stream attends to its own token's streams.
+    Returns the hidden state at the pruning point (T, d), the main stream's last hidden (T, d)
+    and the streams' (T, gamma, d)."""
+    cfg = params.config
+    t = ids.shape[0]
+    h = lower_hidden(arch, len(arch.layers) - cfg.n_msa_layers, ids)  # (1, T, d)
+    chain = np.tril(np.ones((t, t), bool))
+    x = _msa_layers(arch, params, h, mx.arange(t), chain, None, 0)  # (1, T(1+gamma), d)
+    return h[0], x[0, :t], x[0, t:].reshape(t, cfg.gamma, -1)
+
+
+def shared_loss(
+    arch: Arch, params: StreamParams, ids, loss_mask, alpha_main=1.0, alpha_stream=0.1
+) -> StreamBatchLoss:
+    """Shared-mode loss of eq. 6: alpha_0 = 1 on the main stream's next-token NLL, alpha_j = 0.1
+    on the streams', plus the pruning head's next-token NLL (which trains the projection only)."""
+    cfg = params.config
+    ids, mask_np = mx.array(ids), np.asarray(loss_mask, bool)
+    h_low, main, streams = shared_hidden(arch, params, ids)
+    rows = np.nonzero(mask_np[1:])[0]  # row r predicts token r + 1
+    logits = arch.lm_head(arch.norm(main[mx.array(rows)]))
+    main_nll = nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
+    positions = stream_positions(mask_np, cfg.gamma)
+    stream_nll, correct, counts = _stream_terms(
+        arch, streams[mx.array(positions)], positions, ids, mask_np, cfg.gamma
+    )
+    prune_nll = _prune_nll(arch, params, mx.stop_gradient(h_low), ids, rows)
+    total = alpha_main * main_nll + alpha_stream * sum(stream_nll, mx.array(0.0)) + prune_nll
+    return StreamBatchLoss(total, stream_nll, prune_nll, correct, counts, main_nll)

@@ -21,12 +21,16 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
+from ..streams.lora import has_lora
 from ..streams.params import StreamParams
 from .data import Dataset, Example
 from .forward import (
     BaseFeatures,
     base_features,
+    lower_hidden,
     segment,
+    shared_hidden,
+    shared_loss,
     stream_hidden,
     stream_loss,
     stream_positions,
@@ -63,19 +67,19 @@ def _leading_true(hits: np.ndarray) -> np.ndarray:
     return np.cumprod(hits, axis=1).sum(axis=1)
 
 
-def validate(arch, params: StreamParams, features: list[BaseFeatures]) -> Validation:
-    """Streams' greedy and top-k hits on held-out sequences, where all gamma targets exist."""
+def validate(arch, params: StreamParams, examples: list[Example], hidden_of) -> Validation:
+    """Streams' greedy and top-k hits on held-out sequences, where all gamma targets exist.
+    `hidden_of(i, rows)` gives the (P, gamma, d) stream hidden states of example i's rows."""
     cfg = params.config
     top1, topk = [], []
-    for feats in features:
-        mask, t = feats.loss_mask, len(feats.loss_mask)
+    for i, ex in enumerate(examples):
+        mask, t = np.array(ex.loss_mask), len(ex.loss_mask)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
         rows = [p for p in range(t - 1 - cfg.gamma) if mask[p + 1 : p + 2 + cfg.gamma].all()]
         if not rows:
             continue
-        hidden = stream_hidden(arch, params, feats, np.array(rows))  # (P, gamma, d)
-        logits = arch.lm_head(arch.norm(hidden))  # (P, gamma, V)
-        ids = np.array(feats.ids)
+        logits = arch.lm_head(arch.norm(hidden_of(i, np.array(rows))))  # (P, gamma, V)
+        ids = np.array(ex.ids)
         targets = np.array([[ids[p + 1 + j] for j in range(1, cfg.gamma + 1)] for p in rows])
         best = np.array(mx.argpartition(-logits, cfg.top_k - 1, axis=-1)[..., : cfg.top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
@@ -120,10 +124,10 @@ class Checkpoint:
     def exists(self) -> bool:
         return (self.path / "progress.json").is_file()
 
-    def save(self, params, optimizer, progress: dict) -> None:
+    def save(self, module, optimizer, progress: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
-        weights = dict(tree_flatten(params.parameters()))
+        weights = dict(tree_flatten(module.trainable_parameters()))
         mx.save_safetensors(str(tmp / "params.safetensors"), weights)
         mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
         (tmp / "progress.json").write_text(json.dumps(progress, indent=2))
@@ -133,8 +137,8 @@ class Checkpoint:
         os.replace(tmp, self.path)
         shutil.rmtree(old, ignore_errors=True)
 
-    def load(self, params, optimizer) -> dict:
-        params.update(tree_unflatten(list(mx.load(str(self.path / "params.safetensors")).items())))
+    def load(self, module, optimizer) -> dict:
+        module.update(tree_unflatten(list(mx.load(str(self.path / "params.safetensors")).items())))
         optimizer.state = tree_unflatten(
             list(mx.load(str(self.path / "optimizer.safetensors")).items())
         )
@@ -144,9 +148,9 @@ class Checkpoint:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def hidden_scale(features: list[BaseFeatures]) -> float:
-    """Median per-token RMS of the hidden state at the pruning point."""
-    rms = [np.array(mx.sqrt((f.h_low * f.h_low).mean(axis=-1))) for f in features]
+def hidden_scale(hidden: list[mx.array]) -> float:
+    """Median per-token RMS of (T, d) hidden states at the pruning point."""
+    rms = [np.array(mx.sqrt((h * h).mean(axis=-1))) for h in hidden]
     return float(np.median(np.concatenate(rms)))
 
 
@@ -168,6 +172,57 @@ def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
     )
 
 
+class SharedTrainable(nn.Module):
+    """Shared mode's trainable parts: the model's LoRA layers (the base is frozen) and the
+    stream parameters."""
+
+    def __init__(self, model: nn.Module, streams: StreamParams):
+        super().__init__()
+        self.model, self.streams = model, streams
+
+
+class LosslessObjective:
+    """Frozen base: only the streams run in a step, on the base's cached features and a random
+    segment of positions per sequence."""
+
+    def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
+        self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
+        self.module = params
+        n_msa = params.config.n_msa_layers
+        self.features = FeatureCache(arch, n_msa, data.examples, cache_bytes)
+        self.val = [base_features(arch, n_msa, ex.ids, ex.loss_mask) for ex in val]
+        self.scale = hidden_scale([f.h_low for f in self.val])
+
+    def loss(self, module, i: int, seen: int):
+        feats = self.features[i]
+        rng = np.random.RandomState([self.cfg.seed, seen])
+        every = stream_positions(feats.loss_mask, module.config.gamma)
+        out = stream_loss(self.arch, module, feats, segment(every, self.cfg.segment, rng))
+        return out.total, mx.stack(out.stream_nll)
+
+    def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
+        return stream_hidden(self.arch, self.params, self.val[i], rows)
+
+
+class SharedObjective:
+    """Shared mode (eq. 3 and 6): the whole model runs with its LoRA layers; every position
+    carries streams and the main stream attends to them; alpha_0 = 1, alpha_j = 0.1."""
+
+    def __init__(self, arch, params, model, data: Dataset, val: list[Example]):
+        self.arch, self.params, self.data, self.val = arch, params, data, val
+        self.module = SharedTrainable(model, params)
+        n_low = len(arch.layers) - params.config.n_msa_layers
+        self.scale = hidden_scale([lower_hidden(arch, n_low, mx.array(ex.ids))[0] for ex in val])
+
+    def loss(self, module, i: int, seen: int):
+        ex = self.data.examples[i]
+        out = shared_loss(self.arch, module.streams, ex.ids, ex.loss_mask)
+        return out.total, mx.stack([out.main_nll, *out.stream_nll])
+
+    def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
+        return shared_hidden(self.arch, self.params, mx.array(self.val[i].ids))[2][mx.array(rows)]
+
+
 def train(
     loaded,
     params: StreamParams,
@@ -179,20 +234,25 @@ def train(
     stop_after: int | None = None,
     feature_cache_bytes: int = 3 << 30,
 ) -> dict:
-    """Train `params` on `data` (lossless mode: the base model is never updated).
+    """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
+    trains LoRA layers on `loaded.model` too (put there with `apply_lora` first).
 
     Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
-    steps of this call (as an interruption would), leaving the checkpoint. The frozen base's
-    features of up to `feature_cache_bytes` of training sequences are kept between epochs.
-    Returns the progress record: losses, validations, timing.
+    steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
+    the frozen base's features of up to `feature_cache_bytes` of training sequences between
+    epochs. Returns the progress record: losses, validations, timing.
     """
-    if params.config.mode != "lossless":
-        raise SpecstreamError("only lossless training is implemented so far")
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    n_msa, gamma = params.config.n_msa_layers, params.config.gamma
-    features = FeatureCache(arch, n_msa, data.examples, feature_cache_bytes)
-    val_features = [base_features(arch, n_msa, ex.ids, ex.loss_mask) for ex in val]
+    if params.config.mode == "shared":
+        if not has_lora(loaded.model):
+            raise SpecstreamError("shared mode trains LoRA layers: call apply_lora first")
+        objective = SharedObjective(arch, params, loaded.model, data, val)
+        terms = "main, streams"
+    else:
+        objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
+        terms = "streams"
+    module = objective.module
     checkpoint = Checkpoint(out_dir)
     progress = {
         "step": 0,
@@ -202,71 +262,61 @@ def train(
         "train_config": asdict(cfg),
         "seconds": 0.0,
         "target_tokens": 0,
-        "embedding_scale": hidden_scale(val_features),
+        "embedding_scale": objective.scale,
     }
-    optimizer = None
+    optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
-        saved = json.loads((checkpoint.path / "progress.json").read_text())
-        optimizer = make_optimizer(cfg, saved.get("embedding_scale", progress["embedding_scale"]))
-        progress = checkpoint.load(params, optimizer)
+        progress = checkpoint.load(module, optimizer)
         if progress["train_config"] != asdict(cfg):
             raise SpecstreamError(
                 f"checkpoint {checkpoint.path} was made with other settings; "
                 "remove it or use the same flags"
             )
         log(f"resuming from step {progress['step']} ({checkpoint.path})")
-    optimizer = optimizer or make_optimizer(cfg, progress["embedding_scale"])
 
-    def loss_fn(p, feats, positions):
-        out = stream_loss(arch, p, feats, positions)
-        return out.total, mx.stack(out.stream_nll)
-
-    loss_and_grad = nn.value_and_grad(params, loss_fn)
+    loss_and_grad = nn.value_and_grad(module, objective.loss)
     done_here = 0
     while progress["step"] < cfg.steps:
         start = time.perf_counter()
-        grads, losses, per_stream, tokens = None, [], [], 0
+        grads, losses, per_term, tokens = None, [], [], 0
         for _ in range(cfg.batch_size):
             i = _example_order(len(data), progress["examples_seen"], cfg.seed)
             progress["examples_seen"] += 1
-            feats = features[i]
-            rng = np.random.RandomState([cfg.seed, progress["examples_seen"]])
-            positions = segment(stream_positions(feats.loss_mask, gamma), cfg.segment, rng)
-            (loss, nlls), g = loss_and_grad(params, feats, positions)
+            (loss, nlls), g = loss_and_grad(module, i, progress["examples_seen"])
             grads = g if grads is None else tree_map(mx.add, grads, g)
             losses.append(loss)
-            per_stream.append(nlls)
+            per_term.append(nlls)
             tokens += len(data.examples[i].ids)
             mx.eval(grads, loss, nlls)  # bound the graph to one sequence
         grads = tree_map(lambda x: x / cfg.batch_size, grads)
         loss = mx.stack(losses).mean()
-        stream_nll = mx.stack(per_stream).mean(axis=0).tolist()
+        nll = mx.stack(per_term).mean(axis=0).tolist()
         mx.eval(loss, grads)
         if not math.isfinite(loss.item()):
             raise SpecstreamError(
                 f"loss is {loss.item()} at step {progress['step'] + 1}: stopped; the last good "
                 f"checkpoint is {checkpoint.path if checkpoint.exists() else 'none'}"
             )
-        optimizer.update(params, grads)
-        mx.eval(params.parameters(), optimizer.state)
+        optimizer.update(module, grads)
+        mx.eval(module.trainable_parameters(), optimizer.state)
         seconds = time.perf_counter() - start
         progress["step"] += 1
         progress["seconds"] += seconds
         progress["target_tokens"] += tokens
         progress["history"].append({"step": progress["step"], "loss": round(loss.item(), 4)})
         log(
-            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} stream nll "
-            f"[{', '.join(f'{x:.2f}' for x in stream_nll)}] {tokens / seconds:.0f} tokens/s"
+            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll ({terms}) "
+            f"[{', '.join(f'{x:.2f}' for x in nll)}] {tokens / seconds:.0f} tokens/s"
         )
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
-            v = validate(arch, params, val_features)
+            v = validate(arch, params, val, objective.val_hidden)
             progress["validations"].append({"step": progress["step"], **asdict(v)})
             log(
                 f"validation step {progress['step']}: stream top-1 {v.stream_accuracy} "
                 f"tau chain {v.tau_chain} tau top-{params.config.top_k} tree {v.tau_tree}"
             )
         if progress["step"] % cfg.checkpoint_every == 0 or progress["step"] == cfg.steps:
-            checkpoint.save(params, optimizer, progress)
+            checkpoint.save(module, optimizer, progress)
         done_here += 1
         if stop_after is not None and done_here >= stop_after:
             break

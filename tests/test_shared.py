@@ -1,0 +1,156 @@
+"""Shared mode: LoRA in every layer, the main stream attends to its own streams. The decoder
+stays exact against the shared model's own plain decoding, training and decoding compute the same
+thing, and the base weights are never changed."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mlx.utils import tree_flatten, tree_unflatten
+
+import specstream_mlx as ss
+from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.lora import apply_lora, has_lora, lora_weights, remove_lora
+from specstream_mlx.streams.params import StreamParams
+from specstream_mlx.training import forward
+from specstream_mlx.training.data import load_dataset
+from specstream_mlx.training.trainer import TrainConfig, train
+
+from .tiny import FAMILIES
+
+
+@pytest.fixture(scope="module")
+def shared_models(tiny_folders):
+    """family -> (a tiny model with random LoRA layers on it, its base weights before)."""
+    out = {}
+    for family, folder in tiny_folders.items():
+        loaded = ss.load(str(folder))
+        base = {k: np.array(v) for k, v in tree_flatten(loaded.model.parameters())}
+        apply_lora(loaded.model, rank=4, scale=2.0)
+        randomize_lora(loaded.model, seed=len(out))
+        out[family] = (loaded, base)
+    return out
+
+
+def randomize_lora(model, seed):
+    keys = iter(mx.random.split(mx.random.key(seed), 10_000))
+    new = [
+        (k[len("lora.") :], mx.random.normal(v.shape, key=next(keys)) * 0.05)
+        for k, v in lora_weights(model).items()
+    ]
+    model.update(tree_unflatten(new))
+
+
+def shared_streams(loaded, seed=0, **config):
+    cfg = StreamConfig(mode="shared", **config).validate(loaded.config["num_hidden_layers"])
+    return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    gamma=st.integers(1, 3),
+    top_k=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    cap=st.integers(1, 30),
+    prompt=st.text(min_size=1, max_size=30).filter(str.strip),
+    length=st.integers(1, 16),
+    seed=st.integers(0, 1000),
+)
+def test_shared_speculative_equals_its_plain_decoding(
+    shared_models, family, gamma, top_k, n_msa, cap, prompt, length, seed
+):
+    loaded, _ = shared_models[family]
+    params = shared_streams(
+        loaded, seed, gamma=gamma, top_k=top_k, n_msa_layers=n_msa, max_tree_nodes=cap
+    )
+    loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
+    try:
+        plain = ss.generate(loaded, prompt, max_tokens=length)
+        spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
+    finally:
+        loaded.streams = None
+    assert plain.stats.forward_passes == plain.stats.accepted_tokens
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.forward_passes <= plain.stats.forward_passes
+
+
+def test_shared_mode_changes_the_output_and_training_matches_decoding(shared_models):
+    """The main stream attends to its streams, so shared-mode output differs from the LoRA model
+    without streams; the training forward's main-stream argmax reproduces decoding."""
+    loaded, _ = shared_models["llama"]
+    params = shared_streams(loaded, 3, gamma=3, n_msa_layers=2)
+    params.stream_embeddings = params.stream_embeddings * 50  # streams that matter
+    prompt = [3, 40, 41, 42, 43, 44]
+    loaded.streams = params
+    try:
+        decoded = ss.generate(loaded, prompt, max_tokens=12).token_ids
+    finally:
+        loaded.streams = None
+    without = ss.generate(loaded, prompt, max_tokens=12).token_ids
+    assert decoded != without
+    arch = arch_of(loaded.model, "llama")
+    ids = mx.array(prompt + decoded)
+    _, main, _ = forward.shared_hidden(arch, params, ids)
+    argmax = np.array(mx.argmax(arch.lm_head(arch.norm(main)), axis=-1))
+    assert list(argmax[len(prompt) - 1 : -1]) == decoded
+
+
+def test_shared_training_trains_lora_and_streams_only(tiny_folders, tmp_path):
+    loaded = ss.load(str(tiny_folders["llama"]))
+    base = {k: np.array(v) for k, v in tree_flatten(loaded.model.parameters())}
+    data_file = tmp_path / "d.jsonl"
+    rows = [
+        {"prompt": f"n {i}", "completion": " ".join(str(i + k) for k in range(8))} for i in range(8)
+    ]
+    data_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    data = load_dataset(data_file, loaded.tokenizer, 128)
+    params = shared_streams(loaded, 0, gamma=2, n_msa_layers=2, lora_rank=4, lora_scale=2.0)
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    cfg = TrainConfig(steps=8, batch_size=2, learning_rate=3e-3, val_every=8, checkpoint_every=4)
+    progress = train(
+        loaded, params, data, data.examples[:2], tmp_path / "a", cfg, log=lambda s: None
+    )
+    losses = [h["loss"] for h in progress["history"]]
+    assert np.mean(losses[-2:]) < np.mean(losses[:2])
+    after = dict(tree_flatten(loaded.model.parameters()))
+    for name, value in base.items():  # base weights sit under .linear. in LoRA layers
+        moved = name.replace("_proj.", "_proj.linear.")
+        key = moved if moved in after else name
+        assert np.array_equal(value, np.array(after[key])), name
+    trained_b = [v for k, v in lora_weights(loaded.model).items() if k.endswith("lora_b")]
+    assert all(np.abs(np.array(v)).max() > 0 for v in trained_b)
+    folder = save_adapter(tmp_path / "shared", params, loaded)
+    fresh = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
+    assert has_lora(fresh.model) and fresh.streams.config.mode == "shared"
+    prompt = "n 3"
+    want = ss.generate(loaded_with(loaded, params), prompt, max_tokens=10).token_ids
+    assert ss.generate(fresh, prompt, max_tokens=10).token_ids == want
+    assert ss.generate(fresh, prompt, max_tokens=10, decoder="ss").token_ids == want
+    remove_lora(fresh.model)
+    assert not has_lora(fresh.model)
+
+
+def loaded_with(loaded, params):
+    loaded.streams = params
+    return loaded
+
+
+def test_lossless_adapter_refused_shapes_for_shared(tiny_folders, tmp_path):
+    """A lossless folder whose config claims shared mode misses the LoRA tensors: all listed."""
+    loaded = ss.load(str(tiny_folders["llama"]))
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
+    folder = save_adapter(tmp_path / "a", params, loaded)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["stream_config"]["mode"] = "shared"
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError, match="missing tensor lora.*unexpected tensor adapters"):
+        load_adapter(folder, loaded)
+    assert not has_lora(loaded.model)  # a refused adapter leaves the model as it was
