@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .args import add_model_args, positive_int
+from .args import add_model_args, non_negative_int, positive_int
 
 HELP = "train a speculative-stream adapter"
 
@@ -43,14 +43,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared)")
     p.add_argument("--steps", type=positive_int, default=200)
     p.add_argument("--batch-size", type=positive_int, default=4)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=5e-4, help="streams and pruning projection")
+    p.add_argument("--lora-lr", type=float, default=5e-5, help="LoRA layers (shared)")
     p.add_argument("--warmup", type=positive_int, default=10)
     p.add_argument("--max-length", type=positive_int, default=512)
     p.add_argument(
         "--segment",
-        type=positive_int,
+        type=non_negative_int,
         default=64,
-        help="stream positions per sequence per step (a random run of them; bounds memory)",
+        help="lossless: stream positions per sequence per step (a random run of them; bounds "
+        "memory); 0 = all",
     )
     p.add_argument("--val-every", type=positive_int, default=50)
     p.add_argument("--checkpoint-every", type=positive_int, default=25)
@@ -103,6 +105,7 @@ def run(args) -> int:
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
         segment=args.segment,
+        lora_learning_rate=args.lora_lr,
     )
     print(
         f"train: {len(data)} examples ({data.truncated} truncated to {args.max_length}), "

@@ -1,9 +1,17 @@
-"""Speed and tau of a stream adapter on held-out prompts: plain decoding vs Speculative
-Streaming with several tree shapes, interleaved per prompt; every ss output is checked equal to
-plain decoding's.
+"""Speed, tau and (for writing tools) quality of a stream adapter on held-out prompts: plain
+decoding vs Speculative Streaming with several tree shapes, interleaved per prompt; every ss output
+is checked equal to the adapter's own plain decoding.
 
     ./dev.sh python benchmarks/adapter_speed.py --adapter chat [--prompts 24] [--max-tokens 96]
-        [--trees 1,2,3] [--data ../shared/data] [--json OUT]
+        [--trees 1x4,2x8,3x32] [--data ../shared/data] [--json OUT]
+    ./dev.sh python benchmarks/adapter_speed.py --adapter sql --task sql --prompts 24
+
+Without --task the prompts are the held-out chat mix (dev splits, unseen instructions); with
+--task they are the task's dev split in the writing tool's template. A tree "KxN" takes K tokens
+per stream and keeps at most N nodes. A shared-mode adapter changes the model, so its plain
+decoding ("ar (adapter)") runs its streams; the base model's plain decoding ("ar (base)") is
+timed too, and speedups are reported against the first row. Quality: exact match for sql
+(whitespace and case folded); other tasks' ROUGE is the bench issue's.
 """
 
 from __future__ import annotations
@@ -19,8 +27,15 @@ from pathlib import Path
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+from specstream_mlx.tasks import read_task_examples  # noqa: E402
 from specstream_mlx.training.chat_prompts import build_chat_prompts  # noqa: E402
 # isort: on
+
+TASK_FILES = {
+    "summarize": "dialogsum/dev.jsonl",
+    "data2text": "e2e/dev.csv",
+    "sql": "sql/dev.jsonl",
+}
 
 
 def timed(loaded, prompt, max_tokens, decoder, streams=None):
@@ -29,12 +44,17 @@ def timed(loaded, prompt, max_tokens, decoder, streams=None):
     return result, time.perf_counter() - start
 
 
+def normalize_sql(text: str) -> str:
+    return " ".join(text.strip().rstrip(";").lower().split())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", default="chat")
+    parser.add_argument("--task", default=None, choices=sorted(TASK_FILES))
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--trees", default="1,2,3", help="tree top-k values to compare")
+    parser.add_argument("--trees", default="1x5,2x8,3x32", help="K tokens per stream x N nodes")
     default_data = Path(__file__).resolve().parents[2] / "shared" / "data"
     parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", default_data))
     parser.add_argument("--json", default=None)
@@ -42,50 +62,88 @@ def main() -> None:
 
     loaded = ss.load(adapter=args.adapter)
     trained = loaded.streams
-    prompts = build_chat_prompts(args.data, args.prompts, seed=1, split="dev")
-    variants = {f"ss k={k}": replace(trained.config, top_k=int(k)) for k in args.trees.split(",")}
-    ratios = {name: [] for name in variants}
-    taus = {name: [] for name in variants}
-    walls = {"ar": [], **{name: [] for name in variants}}
-    timed(loaded, prompts[0], 8, "ar")  # warm-up
+    shared = trained.config.mode == "shared"
+    base = ss.load() if shared else loaded
+    if args.task:
+        examples = read_task_examples(args.task, Path(args.data) / TASK_FILES[args.task])
+        examples = examples[: args.prompts]
+        prompts, references = [e.prompt for e in examples], [e.references for e in examples]
+    else:
+        prompts = build_chat_prompts(args.data, args.prompts, seed=1, split="dev")
+        references = None
+    variants = {}
+    for tree in args.trees.split(","):
+        k, n = (int(x) for x in tree.split("x"))
+        variants[f"ss k={k} nodes<={n}"] = replace(trained.config, top_k=k, max_tree_nodes=n)
+    names = ["ar (base)", "ar (adapter)", *variants] if shared else ["ar", *variants]
+    walls = {name: [] for name in names}
+    taus = {name: [] for name in names}
+    outputs = {name: [] for name in names}
+    timed(base, prompts[0], 8, "ar")  # warm-up
+    timed(loaded, prompts[0], 8, "ar")
     for prompt in prompts:
-        plain, ar_wall = timed(loaded, prompt, args.max_tokens, "ar")
-        walls["ar"].append(ar_wall)
+        if shared:
+            result, wall = timed(base, prompt, args.max_tokens, "ar")
+            walls["ar (base)"].append(wall)
+            taus["ar (base)"].append(1.0)
+            outputs["ar (base)"].append(result.text)
+        reference_name = "ar (adapter)" if shared else "ar"
+        plain, wall = timed(loaded, prompt, args.max_tokens, "ar")
+        walls[reference_name].append(wall)
+        taus[reference_name].append(plain.stats.mean_accepted_tokens)
+        outputs[reference_name].append(plain.text)
         for name, config in variants.items():
             trained.config = config
             spec, wall = timed(loaded, prompt, args.max_tokens, "ss", trained)
             if spec.token_ids != plain.token_ids:
                 raise SystemExit(f"{name}: output differs from plain decoding on {prompt!r}")
-            ratios[name].append(ar_wall / wall)
-            taus[name].append(spec.stats.mean_accepted_tokens)
             walls[name].append(wall)
+            taus[name].append(spec.stats.mean_accepted_tokens)
+            outputs[name].append(spec.text)
+
+    def quality(name):
+        if args.task == "sql":
+            hits = [
+                normalize_sql(out) in {normalize_sql(r) for r in refs}
+                for out, refs in zip(outputs[name], references, strict=True)
+            ]
+            return round(sum(hits) / len(hits), 3)
+        return None
+
+    source = f"dev split of {args.task}" if args.task else "chat mix: dev splits, new instructions"
     print(
-        f"adapter {args.adapter} | default model float32 | {ss.backend.device_name()} | "
-        f"{len(prompts)} held-out prompts (dev splits + unseen instructions) | "
-        f"max {args.max_tokens} tokens | outputs identical to ar"
+        f"adapter {args.adapter} ({trained.config.mode}) | default model float32 | "
+        f"{ss.backend.device_name()} | {len(prompts)} held-out prompts ({source})"
+        f" | max {args.max_tokens} tokens | ss outputs identical to the adapter's plain decoding"
     )
-    print("| method | mean tau | median speedup vs ar | total seconds |")
-    print("|---|---:|---:|---:|")
-    rows = [{"method": "ar", "tau": 1.0, "speedup": 1.0, "seconds": round(sum(walls["ar"]), 1)}]
-    for name in variants:
+    first = names[0]
+    print(f"| method | mean tau | median speedup vs {first} | total seconds | quality |")
+    print("|---|---:|---:|---:|---:|")
+    rows = []
+    for name in names:
+        ratios = [a / b for a, b in zip(walls[first], walls[name], strict=True)]
         rows.append(
             {
                 "method": name,
                 "tau": round(statistics.mean(taus[name]), 3),
-                "speedup": round(statistics.median(ratios[name]), 3),
+                "speedup": round(statistics.median(ratios), 3),
                 "seconds": round(sum(walls[name]), 1),
+                "quality": quality(name),
             }
         )
-    for r in rows:
-        print(f"| {r['method']} | {r['tau']} | {r['speedup']} | {r['seconds']} |")
+        r = rows[-1]
+        print(f"| {name} | {r['tau']} | {r['speedup']} | {r['seconds']} | {r['quality']} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
                 {
                     "machine": platform.platform(),
                     "adapter": args.adapter,
+                    "mode": trained.config.mode,
+                    "task": args.task,
                     "prompts": len(prompts),
                     "max_tokens": args.max_tokens,
+                    "quality_metric": "exact match" if args.task == "sql" else None,
                     "rows": rows,
                 },
                 f,

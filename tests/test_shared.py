@@ -143,14 +143,57 @@ def loaded_with(loaded, params):
     return loaded
 
 
-def test_lossless_adapter_refused_shapes_for_shared(tiny_folders, tmp_path):
-    """A lossless folder whose config claims shared mode misses the LoRA tensors: all listed."""
+def test_refused_adapter_leaves_the_model_as_it_was(tiny_folders, tmp_path):
+    """A folder whose config claims shared mode but misses the LoRA tensors is refused with every
+    problem listed, and a shared adapter already on the model stays there, unchanged."""
     loaded = ss.load(str(tiny_folders["llama"]))
-    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
-    folder = save_adapter(tmp_path / "a", params, loaded)
-    config = json.loads((folder / "adapter_config.json").read_text())
+    good = shared_streams(loaded, 1, gamma=2, n_msa_layers=2, lora_rank=4, lora_scale=2.0)
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    randomize_lora(loaded.model, seed=7)
+    good_folder = save_adapter(tmp_path / "good", good, loaded)
+    remove_lora(loaded.model)
+    lossless = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
+    bad_folder = save_adapter(tmp_path / "bad", lossless, loaded)
+    config = json.loads((bad_folder / "adapter_config.json").read_text())
     config["stream_config"]["mode"] = "shared"
-    (folder / "adapter_config.json").write_text(json.dumps(config))
+    (bad_folder / "adapter_config.json").write_text(json.dumps(config))
+
+    fresh = ss.load(str(tiny_folders["llama"]), adapter=str(good_folder))
+    before = {k: np.array(v) for k, v in lora_weights(fresh.model).items()}
     with pytest.raises(ss.SpecstreamError, match="missing tensor lora.*unexpected tensor adapters"):
-        load_adapter(folder, loaded)
-    assert not has_lora(loaded.model)  # a refused adapter leaves the model as it was
+        load_adapter(bad_folder, fresh)
+    after = lora_weights(fresh.model)
+    assert set(after) == set(before)
+    assert all(np.array_equal(before[k], np.array(after[k])) for k in before)
+    config["stream_config"]["gamma"] = "two"
+    (bad_folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError, match="unreadable"):
+        load_adapter(bad_folder, fresh)
+
+
+def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_folders, tmp_path):
+    loaded = ss.load(str(tiny_folders["llama"]))
+    data_file = tmp_path / "d.jsonl"
+    data_file.write_text('{"prompt": "a", "completion": "b c d e f g h"}\n' * 3)
+    data = load_dataset(data_file, loaded.tokenizer, 64)
+    cfg = TrainConfig(steps=2, batch_size=1, val_every=9, checkpoint_every=1)
+    params = shared_streams(loaded, 0, gamma=2, n_msa_layers=2)  # lora_rank 8, scale 20
+    with pytest.raises(ss.SpecstreamError, match="shared mode trains LoRA layers"):
+        train(loaded, params, data, data.examples[:1], tmp_path / "a", cfg, log=lambda s: None)
+    lossless = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
+    train(
+        loaded,
+        lossless,
+        data,
+        data.examples[:1],
+        tmp_path / "b",
+        cfg,
+        stop_after=1,
+        log=lambda s: None,
+    )
+    other = StreamParams(StreamConfig(gamma=3, n_msa_layers=2), loaded.config["hidden_size"])
+    with pytest.raises(ss.SpecstreamError, match="other settings"):
+        train(loaded, other, data, data.examples[:1], tmp_path / "b", cfg, log=lambda s: None)
+    apply_lora(loaded.model, rank=8, scale=20.0)
+    with pytest.raises(ss.SpecstreamError, match="without LoRA"):
+        train(loaded, lossless, data, data.examples[:1], tmp_path / "c", cfg, log=lambda s: None)

@@ -16,7 +16,14 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..errors import SpecstreamError
 from .config import StreamConfig
-from .lora import apply_lora, load_lora_weights, lora_weights, remove_lora
+from .lora import (
+    apply_lora,
+    expected_lora_shapes,
+    load_lora_weights,
+    lora_settings,
+    lora_weights,
+    remove_lora,
+)
 from .params import StreamParams
 
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
@@ -55,6 +62,12 @@ def save_adapter(
         raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
     weights = dict(tree_flatten(params.parameters()))
     if params.config.mode == "shared":
+        want = {(params.config.lora_rank, params.config.lora_scale)}
+        if lora_settings(loaded.model) != want:
+            raise SpecstreamError(
+                f"a shared-mode adapter needs LoRA layers {want} on the model; it has "
+                f"{lora_settings(loaded.model) or 'none'}"
+            )
         weights.update(lora_weights(loaded.model))
     config = {
         "format_version": FORMAT_VERSION,
@@ -108,7 +121,8 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
     try:
         config = json.loads((folder / CONFIG).read_text())
         stream_config = StreamConfig.from_dict(config["stream_config"])
-    except (ValueError, KeyError, TypeError) as exc:
+        stream_config.validate()  # types and ranges; the layer count after the fingerprint
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
     problems = []
     theirs = config.get("base_model", {}).get("fingerprint", {})
@@ -129,30 +143,32 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
             f"cannot read {folder / WEIGHTS}: corrupt or truncated ({exc})"
         ) from None
     params = StreamParams(stream_config, loaded.config["hidden_size"])
-    expected = dict(tree_flatten(params.parameters()))
+    expected = {name: tuple(w.shape) for name, w in tree_flatten(params.parameters())}
     shared = stream_config.mode == "shared"
     lora_names: set[str] = set()
     if shared:
-        apply_lora(loaded.model, stream_config.lora_rank, stream_config.lora_scale)
-        lora_names = set(lora_weights(loaded.model))
-        expected.update(lora_weights(loaded.model))
-    else:
-        remove_lora(loaded.model)
-    for name in sorted(set(expected) - set(weights)):
-        problems.append(f"missing tensor {name} {list(expected[name].shape)}")
-    for name in sorted(set(weights) - set(expected)):
-        problems.append(f"unexpected tensor {name}")
-    for name in sorted(set(weights) & set(expected)):
-        if weights[name].shape != expected[name].shape:
-            problems.append(
-                f"{name}: shape {list(weights[name].shape)}, expected {list(expected[name].shape)}"
-            )
-    if problems:
-        remove_lora(loaded.model)
+        lora = expected_lora_shapes(loaded.model, stream_config.lora_rank)
+        lora_names = set(lora)
+        expected.update(lora)
+    missing = [
+        f"missing tensor {n} {list(expected[n])}" for n in sorted(set(expected) - set(weights))
+    ]
+    unexpected = [f"unexpected tensor {n}" for n in sorted(set(weights) - set(expected))]
+    shapes = [
+        f"{n}: shape {list(weights[n].shape)}, expected {list(expected[n])}"
+        for n in sorted(set(weights) & set(expected))
+        if tuple(weights[n].shape) != expected[n]
+    ]
+    for kind in (missing, unexpected, shapes):  # every kind shown, long lists cut
+        problems += kind[:10] + ([f"... {len(kind) - 10} more like it"] if len(kind) > 10 else [])
+    if problems:  # nothing on the model has changed
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     weights = {k: v.astype(mx.float32) for k, v in weights.items()}
     params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
     if shared:
+        apply_lora(loaded.model, stream_config.lora_rank, stream_config.lora_scale)
         load_lora_weights(loaded.model, {k: weights[k] for k in lora_names})
+    else:
+        remove_lora(loaded.model)
     mx.eval(params.parameters(), loaded.model.parameters())
     return params

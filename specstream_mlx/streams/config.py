@@ -40,6 +40,8 @@ class StreamConfig:
             problems.append("stream_adapter_rank and prune_rank must be >= 1")
         if self.mode == "shared" and self.lora_rank < 1:
             problems.append(f"lora_rank must be >= 1 in shared mode, got {self.lora_rank}")
+        if not 0 < self.lora_scale < float("inf"):
+            problems.append(f"lora_scale must be a positive number, got {self.lora_scale}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:

@@ -17,6 +17,38 @@ def has_lora(model: nn.Module) -> bool:
     return any(isinstance(m, LoRALinear) for _, m in model.named_modules())
 
 
+def lora_settings(model: nn.Module) -> set[tuple[int, float]]:
+    """{(rank, scale)} of the LoRA layers on the model (empty: none)."""
+    return {
+        (m.lora_a.shape[1], float(m.scale))
+        for _, m in model.named_modules()
+        if isinstance(m, LoRALinear)
+    }
+
+
+def expected_lora_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, ...]]:
+    """The LoRA tensors `apply_lora(model, rank, ...)` would create, without touching the model:
+    name -> shape. Quantized layers count their unpacked input size."""
+    shapes = {}
+    for i, layer in enumerate(model.model.layers):
+        wrapped = [n for n, m in layer.named_modules() if isinstance(m, LoRALinear)]
+        for name, m in layer.named_modules():
+            if any(name.startswith(w + ".") for w in wrapped):
+                continue  # the base layer inside a LoRALinear
+            base = m.linear if isinstance(m, LoRALinear) else m
+            if isinstance(base, nn.QuantizedLinear):
+                out_dims, packed = base.weight.shape
+                in_dims = packed * 32 // base.bits
+            elif isinstance(base, nn.Linear):
+                out_dims, in_dims = base.weight.shape
+            else:
+                continue
+            key = f"{PREFIX}model.layers.{i}.{name}"
+            shapes[f"{key}.lora_a"] = (in_dims, rank)
+            shapes[f"{key}.lora_b"] = (rank, out_dims)
+    return shapes
+
+
 def apply_lora(model: nn.Module, rank: int, scale: float) -> None:
     """Wrap every linear layer of every block in a LoRALinear (b = 0: the output is unchanged
     until trained). The base weights are frozen."""

@@ -99,6 +99,8 @@ def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positio
     """(P, gamma, d) last hidden states of the streams of `positions` after the MSA layers."""
     cfg = params.config
     t, gamma, s = feats.h_low.shape[0], cfg.gamma, len(positions)
+    if s == 0:
+        return mx.zeros((0, gamma, feats.h_low.shape[-1]), feats.h_low.dtype)
     n_low = len(arch.layers) - cfg.n_msa_layers
     rows = mx.array(positions)
     x = feats.h_low[rows, None, :] + params.stream_embeddings[None]  # (P, gamma, d)

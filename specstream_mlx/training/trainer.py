@@ -21,7 +21,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
-from ..streams.lora import has_lora
+from ..streams.lora import lora_settings
 from ..streams.params import StreamParams
 from .data import Dataset, Example
 from .forward import (
@@ -47,6 +47,7 @@ class TrainConfig:
     checkpoint_every: int = 25
     seed: int = 0
     segment: int = 64  # stream positions per sequence per step (a random run); 0 = all
+    lora_learning_rate: float = 5e-5  # shared mode's LoRA layers (at mlx-lm's scale 20)
 
 
 @dataclass
@@ -137,6 +138,12 @@ class Checkpoint:
         os.replace(tmp, self.path)
         shutil.rmtree(old, ignore_errors=True)
 
+    def progress(self) -> dict:
+        try:
+            return json.loads((self.path / "progress.json").read_text())
+        except ValueError as exc:
+            raise SpecstreamError(f"unreadable checkpoint {self.path}: {exc}") from None
+
     def load(self, module, optimizer) -> dict:
         module.update(tree_unflatten(list(mx.load(str(self.path / "params.safetensors")).items())))
         optimizer.state = tree_unflatten(
@@ -150,14 +157,15 @@ class Checkpoint:
 
 def hidden_scale(hidden: list[mx.array]) -> float:
     """Median per-token RMS of (T, d) hidden states at the pruning point."""
-    rms = [np.array(mx.sqrt((h * h).mean(axis=-1))) for h in hidden]
+    rms = [np.array(mx.sqrt((h.astype(mx.float32) ** 2).mean(axis=-1))) for h in hidden]
     return float(np.median(np.concatenate(rms)))
 
 
 def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
     """AdamW with warmup and linear decay. Adam moves every weight by about the learning rate per
     step whatever the weight's scale; stream embeddings are added to hidden states of RMS
-    `embedding_scale` (about 17 for SmolLM2), so their learning rate is scaled to match."""
+    `embedding_scale` (about 17 for SmolLM2), so their learning rate is scaled to match. Shared
+    mode's LoRA layers (output scaled by 20) have their own, smaller learning rate."""
 
     def schedule(lr: float):
         warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
@@ -166,9 +174,14 @@ def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
 
     lr = cfg.learning_rate
     embeddings = optim.AdamW(learning_rate=schedule(lr * embedding_scale), weight_decay=0.0)
+    lora = optim.AdamW(learning_rate=schedule(cfg.lora_learning_rate), weight_decay=0.0)
     rest = optim.AdamW(learning_rate=schedule(lr), weight_decay=0.0)
     return optim.MultiOptimizer(
-        [embeddings, rest], [lambda path, _: path.startswith("stream_embeddings")]
+        [embeddings, lora, rest],
+        [
+            lambda path, _: path.endswith("stream_embeddings"),
+            lambda path, _: path.endswith((".lora_a", ".lora_b")),
+        ],
     )
 
 
@@ -244,12 +257,19 @@ def train(
     """
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
+    lora = lora_settings(loaded.model)
     if params.config.mode == "shared":
-        if not has_lora(loaded.model):
-            raise SpecstreamError("shared mode trains LoRA layers: call apply_lora first")
+        want = {(params.config.lora_rank, params.config.lora_scale)}
+        if lora != want:
+            raise SpecstreamError(
+                f"shared mode trains LoRA layers {want} on the model, which has {lora or 'none'}: "
+                "call apply_lora with the stream config's lora_rank and lora_scale first"
+            )
         objective = SharedObjective(arch, params, loaded.model, data, val)
         terms = "main, streams"
     else:
+        if lora:
+            raise SpecstreamError("lossless training needs the base model without LoRA layers")
         objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
         terms = "streams"
     module = objective.module
@@ -263,15 +283,20 @@ def train(
         "seconds": 0.0,
         "target_tokens": 0,
         "embedding_scale": objective.scale,
+        "stream_config": params.config.to_dict(),
     }
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
-        progress = checkpoint.load(module, optimizer)
-        if progress["train_config"] != asdict(cfg):
+        saved = checkpoint.progress()
+        if (saved.get("train_config"), saved.get("stream_config")) != (
+            progress["train_config"],
+            progress["stream_config"],
+        ):
             raise SpecstreamError(
                 f"checkpoint {checkpoint.path} was made with other settings; "
                 "remove it or use the same flags"
             )
+        progress = checkpoint.load(module, optimizer)
         log(f"resuming from step {progress['step']} ({checkpoint.path})")
 
     loss_and_grad = nn.value_and_grad(module, objective.loss)

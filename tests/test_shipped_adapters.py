@@ -1,0 +1,34 @@
+"""The adapters shipped inside the package load on the default model and keep the exactness
+invariant: Speculative Streaming gives the tokens of the (adapted) model's own plain decoding."""
+
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.streams.adapter_io import shipped_adapters
+from specstream_mlx.tasks import get_task
+
+PROMPTS = {
+    "chat": ["Explain how rainbows form.", "Write a haiku about the moon."],
+    "sql": [
+        get_task("sql").prompt(
+            context="CREATE TABLE head (age INTEGER, name VARCHAR)",
+            question="How many heads of the departments are older than 56?",
+        )
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", shipped_adapters())
+def test_shipped_adapter_decodes_exactly(name):
+    loaded = ss.load(adapter=name)
+    assert loaded.streams.config.gamma >= 1
+    for prompt in PROMPTS.get(name, PROMPTS["chat"]):
+        plain = ss.generate(loaded, prompt, max_tokens=24)
+        spec = ss.generate(loaded, prompt, max_tokens=24, decoder="ss")
+        assert spec.token_ids == plain.token_ids
+        assert spec.stats.forward_passes <= plain.stats.forward_passes
+
+
+def test_chat_adapter_ships():
+    assert "chat" in shipped_adapters()
