@@ -3,7 +3,7 @@
 # 1. the base model's own greedy answers to 640 varied prompts built from ../shared/data
 #    (541 distinct; resumable: rerun after an interruption);
 # 2. lossless stream training on them (resumable from specstream_mlx/adapters/chat.checkpoint/).
-# On the 2-core dev machine: about 40 min for step 1 and about 60 min for step 2.
+# On the 2-core dev machine: about 40 min for step 1 and under 50 min for step 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -14,3 +14,11 @@ mkdir -p runs
     --gamma 4 --msa-layers 4 --tree-top-k 3 --rank 8 --steps 500 --batch-size 4 --lr 3e-3 \
     --segment 32 --warmup 20 --max-length 512 --val-every 100 --checkpoint-every 25 --seed 0 \
     --overwrite
+# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 5 nodes.
+./dev.sh python - <<'PY'
+import json
+p = "specstream_mlx/adapters/chat/adapter_config.json"
+c = json.load(open(p))
+c["stream_config"].update(top_k=1, max_tree_nodes=5)
+open(p, "w").write(json.dumps(c, indent=2) + "\n")
+PY

@@ -78,6 +78,7 @@ def save_adapter(
     }
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
     try:
         mx.save_safetensors(str(tmp / WEIGHTS), weights)
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
