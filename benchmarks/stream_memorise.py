@@ -1,0 +1,83 @@
+"""Can lossless streams memorise a handful of sequences? A fast diagnostic for stream capacity
+and optimisation: train on the first N distilled rows and validate on 4 of those same rows.
+
+    ./dev.sh python benchmarks/stream_memorise.py --data runs/chat_distill.jsonl [--rows 8]
+        [--steps 160] [--lr 3e-3] [--scale-adapter-b]
+
+--scale-adapter-b gives the stream adapters' output matrices the stream embeddings' learning
+rate (lr x the hidden state's RMS), the candidate fix recorded in docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+# isort: off
+import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+import mlx.core as mx  # noqa: E402
+import mlx.optimizers as optim  # noqa: E402
+from specstream_mlx.streams.config import StreamConfig  # noqa: E402
+from specstream_mlx.streams.params import StreamParams  # noqa: E402
+from specstream_mlx.training import trainer  # noqa: E402
+from specstream_mlx.training.data import load_dataset  # noqa: E402
+# isort: on
+
+
+def optimizer_scaling_adapter_b(cfg: trainer.TrainConfig, scale: float) -> optim.Optimizer:
+    def schedule(lr: float):
+        warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
+        decay = optim.linear_schedule(lr, 0.0, max(cfg.steps - cfg.warmup, 1))
+        return optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
+
+    residual = optim.AdamW(learning_rate=schedule(cfg.learning_rate * scale), weight_decay=0.0)
+    rest = optim.AdamW(learning_rate=schedule(cfg.learning_rate), weight_decay=0.0)
+    return optim.MultiOptimizer(
+        [residual, rest],
+        [
+            lambda p, _: (
+                p.endswith("stream_embeddings") or (p.startswith("adapters.") and p.endswith(".b"))
+            )
+        ],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="distilled prompt/completion jsonl")
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--scale-adapter-b", action="store_true")
+    args = parser.parse_args()
+    if args.scale_adapter_b:
+        trainer.make_optimizer = optimizer_scaling_adapter_b
+    loaded = ss.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = f"{tmp}/rows.jsonl"
+        with open(args.data) as f, open(rows, "w") as out:
+            out.writelines(line for _, line in zip(range(args.rows), f, strict=False))
+        data = load_dataset(rows, loaded.tokenizer, 256)
+        mx.random.seed(0)
+        params = StreamParams(StreamConfig(), loaded.config["hidden_size"])
+        cfg = trainer.TrainConfig(
+            steps=args.steps,
+            batch_size=2,
+            learning_rate=args.lr,
+            val_every=max(args.steps // 4, 1),
+            checkpoint_every=10**9,
+            segment=0,
+        )
+        trainer.train(
+            loaded,
+            params,
+            data,
+            data.examples[:4],
+            f"{tmp}/adapter",
+            cfg,
+            log=lambda s: print(s, flush=True) if s.startswith("validation") else None,
+        )
+
+
+if __name__ == "__main__":
+    main()
