@@ -25,15 +25,9 @@ from specstream_mlx.training.data import load_dataset  # noqa: E402
 
 
 def optimizer_scaling_adapter_b(cfg: trainer.TrainConfig, scale: float) -> optim.Optimizer:
-    def schedule(lr: float):
-        warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
-        decay = optim.linear_schedule(lr, 0.0, max(cfg.steps - cfg.warmup, 1))
-        return optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
-
-    residual = optim.AdamW(learning_rate=schedule(cfg.learning_rate * scale), weight_decay=0.0)
-    rest = optim.AdamW(learning_rate=schedule(cfg.learning_rate), weight_decay=0.0)
+    """The trainer's optimizer, with adapter b in the embeddings' group (lr x hidden RMS)."""
     return optim.MultiOptimizer(
-        [residual, rest],
+        [trainer.adamw(cfg, cfg.learning_rate * scale), trainer.adamw(cfg, cfg.learning_rate)],
         [
             lambda p, _: (
                 p.endswith("stream_embeddings") or (p.startswith("adapters.") and p.endswith(".b"))

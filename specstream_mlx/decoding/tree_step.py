@@ -70,7 +70,7 @@ def _lower_layers(arch: Arch, n_low: int, tree: Tree, caches: list, prefix: int)
     return h
 
 
-def _msa_layers(
+def msa_layers(
     arch: Arch,
     params: StreamParams,
     main: mx.array,
@@ -124,7 +124,7 @@ def tree_forward(
     kept = mx.array(survivors)
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
     depths = mx.array(tree.depths)[kept]
-    x = _msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix)
+    x = msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
     if m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
@@ -145,5 +145,5 @@ def prefill_with_streams(
         prefix = caches[0].offset
         h = _lower_layers(arch, n_low, chain, caches, prefix)
         depths = mx.array(chain.depths)
-        _msa_layers(arch, params, h, depths, chain.ancestors(), caches, prefix)
+        msa_layers(arch, params, h, depths, chain.ancestors(), caches, prefix)
         mx.eval([c.state for c in caches])

@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from ..decoding.tree_step import _msa_layers, _msa_mask
+from ..decoding.tree_step import _msa_mask, msa_layers
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 
@@ -194,7 +194,7 @@ def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array):
     t = ids.shape[0]
     h = lower_hidden(arch, len(arch.layers) - cfg.n_msa_layers, ids)  # (1, T, d)
     chain = np.tril(np.ones((t, t), bool))
-    x = _msa_layers(arch, params, h, mx.arange(t), chain, None, 0)  # (1, T(1+gamma), d)
+    x = msa_layers(arch, params, h, mx.arange(t), chain, None, 0)  # (1, T(1+gamma), d)
     return h[0], x[0, :t], x[0, t:].reshape(t, cfg.gamma, -1)
 
 

@@ -161,21 +161,24 @@ def hidden_scale(hidden: list[mx.array]) -> float:
     return float(np.median(np.concatenate(rms)))
 
 
+def adamw(cfg: TrainConfig, lr: float) -> optim.AdamW:
+    """AdamW at peak rate `lr`: linear warmup from lr / 10, then linear decay to 0."""
+    warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
+    decay = optim.linear_schedule(lr, 0.0, max(cfg.steps - cfg.warmup, 1))
+    schedule = optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
+    return optim.AdamW(learning_rate=schedule, weight_decay=0.0)
+
+
 def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
     """AdamW with warmup and linear decay. Adam moves every weight by about the learning rate per
     step whatever the weight's scale; stream embeddings are added to hidden states of RMS
     `embedding_scale` (about 17 for SmolLM2), so their learning rate is scaled to match. Shared
     mode's LoRA layers (output scaled by 20) have their own, smaller learning rate."""
 
-    def schedule(lr: float):
-        warmup = optim.linear_schedule(lr / 10, lr, max(cfg.warmup, 1))
-        decay = optim.linear_schedule(lr, 0.0, max(cfg.steps - cfg.warmup, 1))
-        return optim.join_schedules([warmup, decay], [max(cfg.warmup, 1)])
-
     lr = cfg.learning_rate
-    embeddings = optim.AdamW(learning_rate=schedule(lr * embedding_scale), weight_decay=0.0)
-    lora = optim.AdamW(learning_rate=schedule(cfg.lora_learning_rate), weight_decay=0.0)
-    rest = optim.AdamW(learning_rate=schedule(lr), weight_decay=0.0)
+    embeddings = adamw(cfg, lr * embedding_scale)
+    lora = adamw(cfg, cfg.lora_learning_rate)
+    rest = adamw(cfg, lr)
     return optim.MultiOptimizer(
         [embeddings, lora, rest],
         [
