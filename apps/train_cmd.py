@@ -28,23 +28,26 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="adapter folder to write")
     p.add_argument(
         "--mode",
-        choices=["lossless", "shared"],
+        choices=["lossless", "shared", "next-token"],
         default="lossless",
         help="lossless: frozen base, streams only (output unchanged); shared: LoRA in every "
         "layer shared by main stream and streams, the main stream attends to its streams "
-        "(fine-tunes the model for the task)",
+        "(fine-tunes the model for the task); next-token: the same LoRA layers on next-token "
+        "loss alone, no streams (the paper's baseline; writes an mlx-lm LoRA adapter folder)",
     )
     add_model_args(p)
     p.add_argument("--gamma", type=positive_int, default=4)
     p.add_argument("--msa-layers", type=positive_int, default=4)
     p.add_argument("--tree-top-k", type=positive_int, default=3)
     p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank (lossless)")
-    p.add_argument("--lora-rank", type=positive_int, default=8, help="LoRA rank (shared)")
-    p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared)")
+    p.add_argument(
+        "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
+    )
+    p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared, next-token)")
     p.add_argument("--steps", type=positive_int, default=200)
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--lr", type=float, default=5e-4, help="streams and pruning projection")
-    p.add_argument("--lora-lr", type=float, default=5e-5, help="LoRA layers (shared)")
+    p.add_argument("--lora-lr", type=float, default=5e-5, help="LoRA layers (shared, next-token)")
     p.add_argument("--warmup", type=positive_int, default=10)
     p.add_argument("--max-length", type=positive_int, default=512)
     p.add_argument(
@@ -65,7 +68,7 @@ def run(args) -> int:
     from pathlib import Path
 
     import specstream_mlx as ss
-    from specstream_mlx.streams.adapter_io import save_adapter
+    from specstream_mlx.streams.adapter_io import save_adapter, save_lora_adapter
     from specstream_mlx.streams.config import StreamConfig
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
@@ -84,17 +87,20 @@ def run(args) -> int:
         if len(data) - n_val < 1:
             raise ss.SpecstreamError("too few examples to hold some out: pass --val")
         val, data.examples = data.examples[-n_val:], data.examples[:-n_val]
-    stream_config = StreamConfig(
-        gamma=args.gamma,
-        n_msa_layers=args.msa_layers,
-        top_k=args.tree_top_k,
-        stream_adapter_rank=args.rank,
-        mode=args.mode,
-        lora_rank=args.lora_rank,
-        lora_scale=args.lora_scale,
-    ).validate(loaded.config["num_hidden_layers"])
-    params = StreamParams(stream_config, loaded.config["hidden_size"])
-    if args.mode == "shared":
+    baseline = args.mode == "next-token"  # no streams: LoRA layers alone
+    params = None
+    if not baseline:
+        stream_config = StreamConfig(
+            gamma=args.gamma,
+            n_msa_layers=args.msa_layers,
+            top_k=args.tree_top_k,
+            stream_adapter_rank=args.rank,
+            mode=args.mode,
+            lora_rank=args.lora_rank,
+            lora_scale=args.lora_scale,
+        ).validate(loaded.config["num_hidden_layers"])
+        params = StreamParams(stream_config, loaded.config["hidden_size"])
+    if args.mode != "lossless":
         apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
         steps=args.steps,
@@ -113,7 +119,14 @@ def run(args) -> int:
         file=sys.stderr,
     )
     progress = train(
-        loaded, params, data, val, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True)
+        loaded,
+        params,
+        data,
+        val,
+        out,
+        cfg,
+        log=lambda s: print(s, file=sys.stderr, flush=True),
+        lora=(args.lora_rank, args.lora_scale),
     )
     last = progress["validations"][-1] if progress["validations"] else {}
     extra = {
@@ -126,10 +139,14 @@ def run(args) -> int:
             "loss_history": progress["history"][-10:],
         }
     }
-    save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
+    if baseline:
+        save_lora_adapter(out, loaded, extra=extra, overwrite=args.overwrite)
+        print(f"wrote {out}: next-token NLL {last.get('next_token_nll')} (validation)")
+    else:
+        save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
+        print(
+            f"wrote {out}: tau chain {last.get('tau_chain')}, tau tree {last.get('tau_tree')} "
+            f"(validation estimate)"
+        )
     Checkpoint(out).remove()
-    print(
-        f"wrote {out}: tau chain {last.get('tau_chain')}, tau tree {last.get('tau_tree')} "
-        f"(validation estimate)"
-    )
     return 0

@@ -5,13 +5,16 @@ is checked equal to the adapter's own plain decoding.
     ./dev.sh python benchmarks/adapter_speed.py --adapter chat [--prompts 24] [--max-tokens 96]
         [--trees 1x4,2x8,3x32] [--data ../shared/data] [--json OUT]
     ./dev.sh python benchmarks/adapter_speed.py --adapter sql --task sql --prompts 24
+        [--baseline runs/sql_next_token]
 
 Without --task the prompts are the held-out chat mix (dev splits, unseen instructions); with
 --task they are the task's dev split in the writing tool's template. A tree "KxN" takes K tokens
 per stream and keeps at most N nodes. A shared-mode adapter changes the model, so its plain
 decoding ("ar (adapter)") runs its streams; the base model's plain decoding ("ar (base)") is
-timed too, and speedups are reported against the first row. Quality: exact match for sql
-(whitespace and case folded); other tasks' ROUGE is the bench issue's.
+timed too, and speedups are reported against the first row. --baseline adds the plain decoding
+of a next-token LoRA adapter (`specstream train --mode next-token`, same data and budget).
+Quality: exact match for sql (whitespace and case folded); ROUGE-1 / ROUGE-Lsum F1 against the
+best reference for summarize and data2text (E2E: every reference of the MR).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+from specstream_mlx.metrics import rouge, sql_exact_match  # noqa: E402
 from specstream_mlx.tasks import read_task_examples  # noqa: E402
 from specstream_mlx.training.chat_prompts import build_chat_prompts  # noqa: E402
 # isort: on
@@ -44,10 +48,6 @@ def timed(loaded, prompt, max_tokens, decoder, streams=None):
     return result, time.perf_counter() - start
 
 
-def normalize_sql(text: str) -> str:
-    return " ".join(text.strip().rstrip(";").lower().split())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapter", default="chat")
@@ -58,6 +58,7 @@ def main() -> None:
     default_data = Path(__file__).resolve().parents[2] / "shared" / "data"
     parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", default_data))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--baseline", default=None, help="next-token LoRA adapter folder")
     args = parser.parse_args()
 
     loaded = ss.load(adapter=args.adapter)
@@ -76,6 +77,9 @@ def main() -> None:
         k, n = (int(x) for x in tree.split("x"))
         variants[f"ss k={k} nodes<={n}"] = replace(trained.config, top_k=k, max_tree_nodes=n)
     names = ["ar (base)", "ar (adapter)", *variants] if shared else ["ar", *variants]
+    baseline = ss.load(adapter=args.baseline) if args.baseline else None
+    if baseline is not None:
+        names.append("ar (next-token LoRA baseline)")
     walls = {name: [] for name in names}
     taus = {name: [] for name in names}
     outputs = {name: [] for name in names}
@@ -100,14 +104,17 @@ def main() -> None:
             walls[name].append(wall)
             taus[name].append(spec.stats.mean_accepted_tokens)
             outputs[name].append(spec.text)
+        if baseline is not None:
+            result, wall = timed(baseline, prompt, args.max_tokens, "ar")
+            walls[names[-1]].append(wall)
+            taus[names[-1]].append(1.0)
+            outputs[names[-1]].append(result.text)
 
     def quality(name):
         if args.task == "sql":
-            hits = [
-                normalize_sql(out) in {normalize_sql(r) for r in refs}
-                for out, refs in zip(outputs[name], references, strict=True)
-            ]
-            return round(sum(hits) / len(hits), 3)
+            return round(sql_exact_match(outputs[name], references), 3)
+        if args.task:
+            return {k: round(v, 4) for k, v in rouge(outputs[name], references).items()}
         return None
 
     source = f"dev split of {args.task}" if args.task else "chat mix: dev splits, new instructions"
@@ -143,7 +150,10 @@ def main() -> None:
                     "task": args.task,
                     "prompts": len(prompts),
                     "max_tokens": args.max_tokens,
-                    "quality_metric": "exact match" if args.task == "sql" else None,
+                    "quality_metric": {"sql": "exact match", None: None}.get(
+                        args.task, "ROUGE-1 / ROUGE-Lsum F1, best reference"
+                    ),
+                    "baseline": args.baseline,
                     "rows": rows,
                 },
                 f,

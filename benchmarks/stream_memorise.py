@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--scale-adapter-b", action="store_true")
+    parser.add_argument("--rank", type=int, default=8, help="stream adapter rank")
+    parser.add_argument("--msa-layers", type=int, default=4)
     args = parser.parse_args()
     if args.scale_adapter_b:
         trainer.make_optimizer = optimizer_scaling_adapter_b
@@ -53,7 +55,10 @@ def main() -> None:
             out.writelines(line for _, line in zip(range(args.rows), f, strict=False))
         data = load_dataset(rows, loaded.tokenizer, 256)
         mx.random.seed(0)
-        params = StreamParams(StreamConfig(), loaded.config["hidden_size"])
+        params = StreamParams(
+            StreamConfig(stream_adapter_rank=args.rank, n_msa_layers=args.msa_layers),
+            loaded.config["hidden_size"],
+        )
         cfg = trainer.TrainConfig(
             steps=args.steps,
             batch_size=2,

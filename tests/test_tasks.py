@@ -67,3 +67,18 @@ def test_task_training_rows_mask_the_prompt(tiny_folders):
     assert completion.strip().startswith(first.references[0][:20])
     assert "Question:" not in completion
     assert data.summary["task"] == "sql"
+
+
+def test_quality_metrics_by_hand():
+    from specstream_mlx.metrics import rouge, sql_exact_match
+
+    # ROUGE-1: 2 of 3 unigrams shared -> P = R = F = 2/3; the better of two references counts
+    scores = rouge(["the cat sat"], [["the cat ran", "a dog barked"]])
+    assert scores["rouge1"] == pytest.approx(2 / 3)
+    # ROUGE-Lsum: longest common subsequence per sentence, unioned over the summary's sentences
+    two = rouge(["A b c. D e."], [["a x c. d e."]])
+    assert two["rougeLsum"] == pytest.approx(4 / 5) and two["rouge1"] == pytest.approx(4 / 5)
+    assert rouge(["x y"], [["x y"]]) == {"rouge1": 1.0, "rougeLsum": 1.0}
+    assert sql_exact_match(
+        ["SELECT a FROM t;", "select b from t"], [["select  a from T"], ["SELECT c FROM t"]]
+    ) == pytest.approx(0.5)

@@ -17,6 +17,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from .config import StreamConfig
 from .lora import (
+    PREFIX,
     apply_lora,
     expected_lora_shapes,
     load_lora_weights,
@@ -76,6 +77,37 @@ def save_adapter(
         "shapes": {name: list(w.shape) for name, w in weights.items()},
         **(extra or {}),
     }
+    _write_folder(folder, weights, config)
+    return folder
+
+
+def save_lora_adapter(
+    folder: str | os.PathLike, loaded, extra: dict | None = None, overwrite: bool = False
+) -> Path:
+    """Write the LoRA layers of `loaded.model` alone (the next-token baseline) as an mlx-lm
+    adapter folder: `mlx_lm.generate --adapter-path` reads it as well as `load_adapter`."""
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
+    settings = lora_settings(loaded.model)
+    if len(settings) != 1:
+        raise SpecstreamError(f"the model needs one kind of LoRA layers, it has {settings or 0}")
+    (rank, scale), prefix = settings.pop(), len(PREFIX)
+    weights = {k[prefix:]: v for k, v in lora_weights(loaded.model).items()}
+    config = {
+        "fine_tune_type": "lora",  # mlx-lm's adapter_config.json fields
+        "num_layers": loaded.config["num_hidden_layers"],
+        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0},
+        "format_version": FORMAT_VERSION,
+        "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
+        **(extra or {}),
+    }
+    _write_folder(folder, weights, config)
+    return folder
+
+
+def _write_folder(folder: Path, weights: dict, config: dict) -> None:
+    """Build the folder beside its target, then rename it into place."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
@@ -88,7 +120,6 @@ def save_adapter(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return folder
 
 
 def shipped_adapters() -> list[str]:
@@ -112,37 +143,25 @@ def resolve_adapter(name: str | os.PathLike) -> Path:
     )
 
 
-def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
+def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
     """Read an adapter folder (or shipped adapter name) for `loaded`; one SpecstreamError lists
     every mismatch. A shared-mode adapter puts its LoRA layers on `loaded.model` (unfused; any
-    LoRA layers already there are replaced); a lossless one takes them off."""
+    LoRA layers already there are replaced); a lossless one takes them off. An mlx-lm LoRA
+    folder (the next-token baseline) puts its LoRA layers on and returns None: no streams."""
     folder = resolve_adapter(folder)
     if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
     try:
         config = json.loads((folder / CONFIG).read_text())
+        if "stream_config" not in config and config.get("fine_tune_type") == "lora":
+            return _load_lora_adapter(folder, config, loaded)
         stream_config = StreamConfig.from_dict(config["stream_config"])
         stream_config.validate()  # types and ranges; the layer count after the fingerprint
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
-    problems = []
-    theirs = config.get("base_model", {}).get("fingerprint", {})
-    ours = base_fingerprint(loaded)
-    for key in ours:
-        if theirs.get(key) != ours[key]:
-            problems.append(f"base {key}: adapter has {theirs.get(key)!r}, model has {ours[key]!r}")
-    if problems:
-        raise SpecstreamError(
-            f"adapter {folder} was made for another base model "
-            f"({config.get('base_model', {}).get('name')}): " + "; ".join(problems)
-        )
+    _check_base(folder, config, loaded)
     stream_config.validate(loaded.config["num_hidden_layers"])
-    try:
-        weights = mx.load(str(folder / WEIGHTS))
-    except Exception as exc:  # mlx raises RuntimeError/ValueError on a broken file
-        raise SpecstreamError(
-            f"cannot read {folder / WEIGHTS}: corrupt or truncated ({exc})"
-        ) from None
+    weights = _read_weights(folder)
     params = StreamParams(stream_config, loaded.config["hidden_size"])
     expected = {name: tuple(w.shape) for name, w in tree_flatten(params.parameters())}
     shared = stream_config.mode == "shared"
@@ -151,17 +170,7 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
         lora = expected_lora_shapes(loaded.model, stream_config.lora_rank)
         lora_names = set(lora)
         expected.update(lora)
-    missing = [
-        f"missing tensor {n} {list(expected[n])}" for n in sorted(set(expected) - set(weights))
-    ]
-    unexpected = [f"unexpected tensor {n}" for n in sorted(set(weights) - set(expected))]
-    shapes = [
-        f"{n}: shape {list(weights[n].shape)}, expected {list(expected[n])}"
-        for n in sorted(set(weights) & set(expected))
-        if tuple(weights[n].shape) != expected[n]
-    ]
-    for kind in (missing, unexpected, shapes):  # every kind shown, long lists cut
-        problems += kind[:10] + ([f"... {len(kind) - 10} more like it"] if len(kind) > 10 else [])
+    problems = _misfits(expected, weights)
     if problems:  # nothing on the model has changed
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     weights = {k: v.astype(mx.float32) for k, v in weights.items()}
@@ -173,3 +182,74 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams:
         remove_lora(loaded.model)
     mx.eval(params.parameters(), loaded.model.parameters())
     return params
+
+
+def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> None:
+    """Refuse an adapter made for another base model (a folder from elsewhere may carry no
+    fingerprint: `required=False` then leaves the check to the tensor shapes)."""
+    if "base_model" not in config and not required:
+        return
+    theirs = config.get("base_model", {}).get("fingerprint", {})
+    ours = base_fingerprint(loaded)
+    problems = [
+        f"base {key}: adapter has {theirs.get(key)!r}, model has {ours[key]!r}"
+        for key in ours
+        if theirs.get(key) != ours[key]
+    ]
+    if problems:
+        raise SpecstreamError(
+            f"adapter {folder} was made for another base model "
+            f"({config.get('base_model', {}).get('name')}): " + "; ".join(problems)
+        )
+
+
+def _read_weights(folder: Path) -> dict[str, mx.array]:
+    try:
+        return mx.load(str(folder / WEIGHTS))
+    except Exception as exc:  # mlx raises RuntimeError/ValueError on a broken file
+        raise SpecstreamError(
+            f"cannot read {folder / WEIGHTS}: corrupt or truncated ({exc})"
+        ) from None
+
+
+def _load_lora_adapter(folder: Path, config: dict, loaded) -> None:
+    """An mlx-lm LoRA folder (LoRA on every linear of the last `num_layers` blocks; ours cover
+    all blocks): checked whole before the model is touched, then put on the model."""
+    lora = config.get("lora_parameters") or {}
+    rank, scale = lora.get("rank"), lora.get("scale")
+    n_layers = loaded.config["num_hidden_layers"]
+    if not isinstance(rank, int) or rank < 1 or not isinstance(scale, (int, float)):
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: lora_parameters needs rank and scale")
+    if config.get("num_layers") != n_layers or lora.get("keys") is not None:
+        raise SpecstreamError(
+            f"adapter {folder}: only LoRA on every linear layer of all {n_layers} blocks is "
+            f"supported (num_layers {config.get('num_layers')}, keys {lora.get('keys')})"
+        )
+    _check_base(folder, config, loaded, required=False)
+    weights = _read_weights(folder)
+    expected = {
+        k[len(PREFIX) :]: shape for k, shape in expected_lora_shapes(loaded.model, rank).items()
+    }
+    problems = _misfits(expected, weights)
+    if problems:  # nothing on the model has changed
+        raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
+    apply_lora(loaded.model, rank, float(scale))
+    load_lora_weights(loaded.model, {PREFIX + k: v.astype(mx.float32) for k, v in weights.items()})
+    mx.eval(loaded.model.parameters())
+
+
+def _misfits(expected: dict[str, tuple], weights: dict[str, mx.array]) -> list[str]:
+    """Missing, unexpected and misshapen tensors: every kind shown, long lists cut per kind."""
+    missing = [
+        f"missing tensor {n} {list(expected[n])}" for n in sorted(set(expected) - set(weights))
+    ]
+    unexpected = [f"unexpected tensor {n}" for n in sorted(set(weights) - set(expected))]
+    shapes = [
+        f"{n}: shape {list(weights[n].shape)}, expected {list(expected[n])}"
+        for n in sorted(set(weights) & set(expected))
+        if tuple(weights[n].shape) != expected[n]
+    ]
+    problems = []
+    for kind in (missing, unexpected, shapes):
+        problems += kind[:10] + ([f"... {len(kind) - 10} more like it"] if len(kind) > 10 else [])
+    return problems

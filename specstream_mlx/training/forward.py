@@ -216,3 +216,15 @@ def shared_loss(
     prune_nll = _prune_nll(arch, params, mx.stop_gradient(h_low), ids, rows)
     total = alpha_main * main_nll + alpha_stream * sum(stream_nll, mx.array(0.0)) + prune_nll
     return StreamBatchLoss(total, stream_nll, prune_nll, correct, counts, main_nll)
+
+
+def next_token_loss(model, ids, loss_mask) -> tuple[mx.array, mx.array]:
+    """The paper's "Baseline": plain next-token fine-tuning. Mean NLL of the completion tokens
+    under `model` (with its LoRA layers) and the greedy hits, (n,) bool."""
+    ids, rows = mx.array(ids), np.nonzero(np.asarray(loss_mask, bool)[1:])[0]
+    if not len(rows):
+        return mx.array(0.0), mx.zeros((0,), mx.bool_)
+    logits = model(ids[None])[0, mx.array(rows)]  # row r predicts token r + 1
+    targets = ids[mx.array(rows) + 1]
+    nll = nn.losses.cross_entropy(logits, targets, reduction="mean")
+    return nll, mx.argmax(logits, axis=-1) == targets

@@ -28,6 +28,7 @@ from .forward import (
     BaseFeatures,
     base_features,
     lower_hidden,
+    next_token_loss,
     segment,
     shared_hidden,
     shared_loss,
@@ -171,21 +172,29 @@ def adamw(cfg: TrainConfig, lr: float) -> optim.AdamW:
 
 def make_optimizer(cfg: TrainConfig, embedding_scale: float) -> optim.Optimizer:
     """AdamW with warmup and linear decay. Adam moves every weight by about the learning rate per
-    step whatever the weight's scale; stream embeddings are added to hidden states of RMS
-    `embedding_scale` (about 17 for SmolLM2), so their learning rate is scaled to match. Shared
-    mode's LoRA layers (output scaled by 20) have their own, smaller learning rate."""
+    step whatever the weight's scale; stream embeddings and the stream adapters' output matrices
+    add to hidden states of RMS `embedding_scale` (about 17 for SmolLM2), so their learning rate
+    is scaled to match (with the plain rate, 8 memorised sequences reached stream-1 top-1 0.07
+    after 160 steps; scaled, 0.21: docs/BENCHMARKS.md). Shared mode's LoRA layers (output scaled
+    by 20) have their own, smaller learning rate."""
 
     lr = cfg.learning_rate
-    embeddings = adamw(cfg, lr * embedding_scale)
+    residual = adamw(cfg, lr * embedding_scale)
     lora = adamw(cfg, cfg.lora_learning_rate)
     rest = adamw(cfg, lr)
     return optim.MultiOptimizer(
-        [embeddings, lora, rest],
+        [residual, lora, rest],
         [
-            lambda path, _: path.endswith("stream_embeddings"),
+            lambda path, _: path.endswith("stream_embeddings") or _adapter_output(path),
             lambda path, _: path.endswith((".lora_a", ".lora_b")),
         ],
     )
+
+
+def _adapter_output(path: str) -> bool:
+    """A stream adapter's output matrix ("adapters.<i>.b"), which adds to the residual stream."""
+    parts = path.split(".")
+    return len(parts) >= 3 and parts[-3] == "adapters" and parts[-1] == "b"
 
 
 class SharedTrainable(nn.Module):
@@ -200,6 +209,8 @@ class SharedTrainable(nn.Module):
 class LosslessObjective:
     """Frozen base: only the streams run in a step, on the base's cached features and a random
     segment of positions per sequence."""
+
+    terms = "streams"
 
     def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
         self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
@@ -219,10 +230,15 @@ class LosslessObjective:
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
         return stream_hidden(self.arch, self.params, self.val[i], rows)
 
+    def validate(self) -> dict:
+        return asdict(validate(self.arch, self.params, self.val, self.val_hidden))
+
 
 class SharedObjective:
     """Shared mode (eq. 3 and 6): the whole model runs with its LoRA layers; every position
     carries streams and the main stream attends to them; alpha_0 = 1, alpha_j = 0.1."""
+
+    terms = "main, streams"
 
     def __init__(self, arch, params, model, data: Dataset, val: list[Example]):
         self.arch, self.params, self.data, self.val = arch, params, data, val
@@ -238,10 +254,55 @@ class SharedObjective:
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
         return shared_hidden(self.arch, self.params, mx.array(self.val[i].ids))[2][mx.array(rows)]
 
+    def validate(self) -> dict:
+        return asdict(validate(self.arch, self.params, self.val, self.val_hidden))
+
+
+class NextTokenObjective:
+    """The paper's "Baseline": LoRA layers (the same as shared mode's) trained on next-token
+    loss alone, no streams; the model then decodes one token per pass."""
+
+    terms, scale = "main", 1.0
+
+    def __init__(self, model, data: Dataset, val: list[Example]):
+        self.module, self.data, self.val = model, data, val
+
+    def loss(self, module, i: int, seen: int):
+        ex = self.data.examples[i]
+        nll, _ = next_token_loss(module, ex.ids, ex.loss_mask)
+        return nll, nll[None]
+
+    def validate(self) -> dict:
+        nlls, hits = [], []
+        for ex in self.val:
+            nll, hit = next_token_loss(self.module, ex.ids, ex.loss_mask)
+            nlls.append(nll.item() * hit.size)
+            hits.append(np.array(hit))
+        hits = np.concatenate(hits)
+        if not hits.size:
+            raise SpecstreamError("no validation example has a completion token")
+        return {
+            "next_token_nll": round(sum(nlls) / hits.size, 4),
+            "next_token_accuracy": round(float(hits.mean()), 4),
+            "positions": int(hits.size),
+        }
+
+
+def describe(validation: dict, top_k: int | None) -> str:
+    """One log line for a validation record of any objective."""
+    if "stream_accuracy" in validation:
+        return (
+            f"stream top-1 {validation['stream_accuracy']} tau chain {validation['tau_chain']} "
+            f"tau top-{top_k} tree {validation['tau_tree']}"
+        )
+    return (
+        f"next-token NLL {validation['next_token_nll']} top-1 {validation['next_token_accuracy']}"
+    )
+
 
 def train(
     loaded,
-    params: StreamParams,
+    params: StreamParams | None,
     data: Dataset,
     val: list[Example],
     out_dir: str | Path,
@@ -249,9 +310,11 @@ def train(
     log=print,
     stop_after: int | None = None,
     feature_cache_bytes: int = 3 << 30,
+    lora: tuple[int, float] | None = None,
 ) -> dict:
     """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
-    trains LoRA layers on `loaded.model` too (put there with `apply_lora` first).
+    trains LoRA layers on `loaded.model` too (put there with `apply_lora` first). params=None
+    trains the next-token LoRA baseline: the model's LoRA layers `lora` = (rank, scale) alone.
 
     Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
     steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
@@ -260,21 +323,22 @@ def train(
     """
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    lora = lora_settings(loaded.model)
-    if params.config.mode == "shared":
-        want = {(params.config.lora_rank, params.config.lora_scale)}
-        if lora != want:
+    on_model = lora_settings(loaded.model)
+    if params is None or params.config.mode == "shared":
+        want = {lora} if params is None else {(params.config.lora_rank, params.config.lora_scale)}
+        if on_model != want or None in want:
             raise SpecstreamError(
-                f"shared mode trains LoRA layers {want} on the model, which has {lora or 'none'}: "
-                "call apply_lora with the stream config's lora_rank and lora_scale first"
+                f"this mode trains LoRA layers {want} on the model, which has "
+                f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
+    if params is None:
+        objective = NextTokenObjective(loaded.model, data, val)
+    elif params.config.mode == "shared":
         objective = SharedObjective(arch, params, loaded.model, data, val)
-        terms = "main, streams"
     else:
-        if lora:
+        if on_model:
             raise SpecstreamError("lossless training needs the base model without LoRA layers")
         objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
-        terms = "streams"
     module = objective.module
     checkpoint = Checkpoint(out_dir)
     progress = {
@@ -286,7 +350,7 @@ def train(
         "seconds": 0.0,
         "target_tokens": 0,
         "embedding_scale": objective.scale,
-        "stream_config": params.config.to_dict(),
+        "stream_config": params.config.to_dict() if params else {"next_token_lora": lora},
     }
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
@@ -333,16 +397,14 @@ def train(
         progress["target_tokens"] += tokens
         progress["history"].append({"step": progress["step"], "loss": round(loss.item(), 4)})
         log(
-            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll ({terms}) "
+            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll ({objective.terms}) "
             f"[{', '.join(f'{x:.2f}' for x in nll)}] {tokens / seconds:.0f} tokens/s"
         )
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
-            v = validate(arch, params, val, objective.val_hidden)
-            progress["validations"].append({"step": progress["step"], **asdict(v)})
-            log(
-                f"validation step {progress['step']}: stream top-1 {v.stream_accuracy} "
-                f"tau chain {v.tau_chain} tau top-{params.config.top_k} tree {v.tau_tree}"
-            )
+            v = objective.validate()
+            progress["validations"].append({"step": progress["step"], **v})
+            top_k = params.config.top_k if params else None
+            log(f"validation step {progress['step']}: {describe(v, top_k)}")
         if progress["step"] % cfg.checkpoint_every == 0 or progress["step"] == cfg.steps:
             checkpoint.save(module, optimizer, progress)
         done_here += 1

@@ -1,0 +1,128 @@
+"""The next-token LoRA baseline (the paper's "Baseline" rows): the same LoRA layers as shared
+mode trained on next-token loss alone, written as an mlx-lm adapter folder."""
+
+import json
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.tuner.utils import load_adapters
+
+import specstream_mlx as ss
+from specstream_mlx.streams.adapter_io import load_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.lora import has_lora, lora_weights
+from specstream_mlx.streams.params import StreamParams
+
+
+def train_baseline(model_folder, data_file, out, steps=6):
+    cmd = [
+        sys.executable,
+        "-m",
+        "specstream_apps.cli",
+        "train",
+        "--mode",
+        "next-token",
+        "--model",
+        str(model_folder),
+        "--data",
+        str(data_file),
+        "--out",
+        str(out),
+        "--lora-rank",
+        "4",
+        "--lora-scale",
+        "2",
+        "--lora-lr",
+        "1e-2",
+        "--steps",
+        str(steps),
+        "--batch-size",
+        "2",
+        "--val-every",
+        "3",
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_folders, tmp_path_factory):
+    root = tmp_path_factory.mktemp("baseline")
+    data_file = root / "train.jsonl"
+    rows = [
+        {"prompt": f"count from {i}", "completion": " ".join(str(i + k) for k in range(10))}
+        for i in range(20)
+    ]
+    data_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    proc = train_baseline(tiny_folders["llama"], data_file, root / "lora")
+    assert proc.returncode == 0, proc.stderr
+    return root / "lora", data_file, proc
+
+
+def test_baseline_trains_lora_only_and_lowers_the_loss(baseline, tiny_folders):
+    folder, _, proc = baseline
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["fine_tune_type"] == "lora" and "stream_config" not in config
+    assert config["lora_parameters"] == {"rank": 4, "scale": 2.0, "dropout": 0.0}
+    history = [h["loss"] for h in config["training"]["loss_history"]]
+    assert history[-1] < history[0]
+    assert "next_token_accuracy" in config["training"]["validation"]
+    assert "next-token NLL" in proc.stderr and not (folder.parent / "lora.checkpoint").exists()
+    weights = mx.load(str(folder / "adapters.safetensors"))
+    assert weights and all(k.endswith((".lora_a", ".lora_b")) for k in weights)
+    assert any(np.abs(np.array(v)).max() > 0 for k, v in weights.items() if k.endswith("lora_b"))
+
+
+def test_baseline_loads_here_and_in_mlx_lm_with_the_same_outputs(baseline, tiny_folders):
+    folder = baseline[0]
+    ours = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
+    assert ours.streams is None and has_lora(ours.model)
+    theirs = ss.load(str(tiny_folders["llama"]))
+    plain = ss.generate(theirs, "count from 4", max_tokens=12).token_ids
+    load_adapters(theirs.model, str(folder))  # mlx-lm's own reader
+    ids = mx.array([[1, 5, 9, 13, 2, 7]])
+    assert np.allclose(np.array(ours.model(ids)), np.array(theirs.model(ids)), atol=1e-5)
+    tuned = ss.generate(ours, "count from 4", max_tokens=12).token_ids
+    assert tuned == ss.generate(theirs, "count from 4", max_tokens=12).token_ids
+    assert tuned != plain  # the LoRA layers change the model's output
+    # lossless speculative decoding of the tuned model stays exact
+    streams = StreamParams(StreamConfig(gamma=2, n_msa_layers=1), ours.config["hidden_size"])
+    spec = ss.generate(
+        ours, "count from 4", max_tokens=12, decoder="ss", streams=streams.randomize(0)
+    )
+    assert spec.token_ids == tuned
+
+
+def test_baseline_never_changes_the_base_weights(baseline, tiny_folders):
+    fresh = ss.load(str(tiny_folders["llama"]))
+    base = dict(tree_flatten(fresh.model.parameters()))
+    tuned = ss.load(str(tiny_folders["llama"]), adapter=str(baseline[0]))
+    after = dict(tree_flatten(tuned.model.parameters()))
+    for name, value in base.items():
+        moved = name.replace("_proj.", "_proj.linear.")
+        assert np.array_equal(np.array(value), np.array(after[moved if moved in after else name]))
+
+
+def test_foreign_lora_folders_are_refused_before_the_model_changes(
+    baseline, tiny_folders, tmp_path
+):
+    folder = baseline[0]
+    loaded = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
+    before = {k: np.array(v) for k, v in lora_weights(loaded.model).items()}
+    config = json.loads((folder / "adapter_config.json").read_text())
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "adapters.safetensors").write_bytes((folder / "adapters.safetensors").read_bytes())
+    (partial / "adapter_config.json").write_text(json.dumps({**config, "num_layers": 1}))
+    with pytest.raises(ss.SpecstreamError, match="all 2 blocks|all .* blocks"):
+        load_adapter(partial, loaded)
+    wrong = {**config, "lora_parameters": {**config["lora_parameters"], "rank": 3}}
+    (partial / "adapter_config.json").write_text(json.dumps(wrong))
+    with pytest.raises(ss.SpecstreamError, match="does not fit.*expected"):
+        load_adapter(partial, loaded)
+    after = lora_weights(loaded.model)
+    assert set(after) == set(before)
+    assert all(np.array_equal(before[k], np.array(after[k])) for k in before)
