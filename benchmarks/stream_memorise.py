@@ -2,10 +2,11 @@
 and optimisation: train on the first N distilled rows and validate on 4 of those same rows.
 
     ./dev.sh python benchmarks/stream_memorise.py --data runs/chat_distill.jsonl [--rows 8]
-        [--steps 160] [--lr 3e-3] [--scale-adapter-b]
+        [--steps 160] [--lr 3e-3] [--rank 8] [--msa-layers 4] [--plain-adapter-lr]
 
---scale-adapter-b gives the stream adapters' output matrices the stream embeddings' learning
-rate (lr x the hidden state's RMS), the candidate fix recorded in docs/BENCHMARKS.md.
+The trainer gives the stream adapters' output matrices the stream embeddings' learning rate
+(lr x the hidden state's RMS); --plain-adapter-lr restores the earlier recipe (plain lr) for
+comparison. Figures: docs/BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -24,15 +25,11 @@ from specstream_mlx.training.data import load_dataset  # noqa: E402
 # isort: on
 
 
-def optimizer_scaling_adapter_b(cfg: trainer.TrainConfig, scale: float) -> optim.Optimizer:
-    """The trainer's optimizer, with adapter b in the embeddings' group (lr x hidden RMS)."""
+def optimizer_plain_adapter_lr(cfg: trainer.TrainConfig, scale: float) -> optim.Optimizer:
+    """The earlier recipe: only the stream embeddings at lr x hidden RMS."""
     return optim.MultiOptimizer(
         [trainer.adamw(cfg, cfg.learning_rate * scale), trainer.adamw(cfg, cfg.learning_rate)],
-        [
-            lambda p, _: (
-                p.endswith("stream_embeddings") or (p.startswith("adapters.") and p.endswith(".b"))
-            )
-        ],
+        [lambda p, _: p.endswith("stream_embeddings")],
     )
 
 
@@ -42,12 +39,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--scale-adapter-b", action="store_true")
+    parser.add_argument("--plain-adapter-lr", action="store_true")
     parser.add_argument("--rank", type=int, default=8, help="stream adapter rank")
     parser.add_argument("--msa-layers", type=int, default=4)
     args = parser.parse_args()
-    if args.scale_adapter_b:
-        trainer.make_optimizer = optimizer_scaling_adapter_b
+    if args.plain_adapter_lr:
+        trainer.make_optimizer = optimizer_plain_adapter_lr
     loaded = ss.load()
     with tempfile.TemporaryDirectory() as tmp:
         rows = f"{tmp}/rows.jsonl"

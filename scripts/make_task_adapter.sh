@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Re-creates a shipped writing-tool adapter (shared mode: LoRA in every layer + streams) for the
+# default model, and with --baseline also the next-token LoRA baseline trained on the same rows
+# with the same budget (the paper's "Baseline"; written to runs/, not shipped).
+#
+#   scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]
+#
+# Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
+# prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
+task=${1:?usage: scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]}
+which=${2:-}
+case "$task" in
+    # steps x batch sized so one run takes about an hour on the 2-core dev machine
+    sql) data=sql/train.jsonl steps=120 max_length=320 ;;
+    data2text) data=e2e/train.csv steps=150 max_length=256 ;;
+    summarize) data=dialogsum/train.jsonl steps=100 max_length=512 ;;
+    *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
+esac
+common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
+    --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --warmup 10 --seed 0 --overwrite)
+if [ "$which" != "--baseline-only" ]; then
+./dev.sh specstream train --mode shared "${common[@]}" --out "specstream_mlx/adapters/$task" \
+    --gamma 4 --msa-layers 4 --tree-top-k 3 --lr 3e-3 --val-every 40 --checkpoint-every 10
+# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 5 nodes.
+./dev.sh python - "$task" <<'PY'
+import json, sys
+p = f"specstream_mlx/adapters/{sys.argv[1]}/adapter_config.json"
+c = json.load(open(p))
+c["stream_config"].update(top_k=1, max_tree_nodes=5)
+open(p, "w").write(json.dumps(c, indent=2) + "\n")
+PY
+fi
+if [ -n "$which" ]; then
+    mkdir -p runs
+    ./dev.sh specstream train --mode next-token "${common[@]}" --out "runs/${task}_next_token" \
+        --val-every 50 --checkpoint-every 10
+fi
