@@ -153,8 +153,12 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
     try:
         config = json.loads((folder / CONFIG).read_text())
-        if "stream_config" not in config and config.get("fine_tune_type") == "lora":
+    except ValueError as exc:
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
+    if isinstance(config, dict) and "stream_config" not in config:
+        if config.get("fine_tune_type") == "lora":
             return _load_lora_adapter(folder, config, loaded)
+    try:
         stream_config = StreamConfig.from_dict(config["stream_config"])
         stream_config.validate()  # types and ranges; the layer count after the fingerprint
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -215,7 +219,8 @@ def _read_weights(folder: Path) -> dict[str, mx.array]:
 def _load_lora_adapter(folder: Path, config: dict, loaded) -> None:
     """An mlx-lm LoRA folder (LoRA on every linear of the last `num_layers` blocks; ours cover
     all blocks): checked whole before the model is touched, then put on the model."""
-    lora = config.get("lora_parameters") or {}
+    lora = config.get("lora_parameters")
+    lora = lora if isinstance(lora, dict) else {}
     rank, scale = lora.get("rank"), lora.get("scale")
     n_layers = loaded.config["num_hidden_layers"]
     if not isinstance(rank, int) or rank < 1 or not isinstance(scale, (int, float)):
