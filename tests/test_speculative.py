@@ -12,6 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 import specstream_mlx as ss
+from specstream_mlx.decoding import tree_step
 from specstream_mlx.decoding.speculative import speculative_decode
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
@@ -169,6 +170,39 @@ def test_oracle_draft_reaches_gamma_plus_one(tiny_models):
         loaded.eos_token_ids.update(saved_eos)
     assert [t for s in steps for t in s.tokens] == truth
     assert [len(s.tokens) for s in steps[1:-1]] == [gamma + 1] * (len(steps) - 2)
+
+
+def test_capped_chain_drafts_only_what_survives(tiny_models, monkeypatch):
+    """k=1 capped at N nodes: only the first N-1 streams are drafted and computed (nothing is
+    cut after the lower layers), and an oracle still gets N tokens per pass, exactly."""
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 6, gamma=4, top_k=1, n_msa_layers=2, max_tree_nodes=3)
+    prompt = encode_prompt(loaded, "capped chain")
+    rows = []
+    real = tree_step.msa_layers
+    monkeypatch.setattr(
+        tree_step,
+        "msa_layers",
+        lambda *a, **k: rows.append(a[-1]) or real(*a, **k),
+    )
+    saved_eos = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()
+    try:
+        truth = ss.generate(loaded, prompt, max_tokens=30).token_ids
+
+        def oracle(history):
+            done = len(history) - len(prompt)  # history[-1] is the next root
+            return [[truth[done + j] if done + j < len(truth) else 0] for j in range(4)]
+
+        steps = list(run_steps(loaded, params, prompt, 30, oracle))
+        random_streams = list(run_steps(loaded, params, prompt, 30, None))
+    finally:
+        loaded.eos_token_ids.update(saved_eos)
+    assert [t for s in steps for t in s.tokens] == truth
+    assert [t for s in random_streams for t in s.tokens] == truth
+    assert all(s.tree_nodes == s.tree_nodes_kept <= 3 for s in steps + random_streams)
+    assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
+    assert set(rows) == {2}  # streams per node: the draft's depth, not gamma
 
 
 def test_eos_inside_accepted_path_stops_exactly(tiny_models):

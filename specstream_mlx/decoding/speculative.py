@@ -44,12 +44,18 @@ def speculative_decode(
         for start in range(0, prefix.size, PREFILL_CHUNK):
             model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
             mx.eval([c.state for c in caches])
+    depth = draft_depth(cfg) if draft else cfg.gamma
+    # Lossless streams beyond the draft's depth are never used: they are not computed.
+    n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
     root, stream_tokens, decided = prompt_ids[-1], [], 0
     history = list(prompt_ids)
     while decided < max_tokens:
+        if cfg.prune_threshold == 0 and all(len(c) == 1 for c in stream_tokens):
+            # pruning a chain to N nodes keeps its first N - 1 levels: draft only those
+            stream_tokens = stream_tokens[: cfg.max_tree_nodes - 1]
         tree = draft_tree(root, stream_tokens)
         offset = caches[0].offset
-        out = tree_forward(arch, params, tree, caches, offset)
+        out = tree_forward(arch, params, tree, caches, offset, n_streams)
         argmax = mx.argmax(out.main_logits, axis=-1).tolist()
         path = accept_greedy(tree, out.survivors, argmax)
         nodes = [out.survivors[m] for m in path]
@@ -59,13 +65,22 @@ def speculative_decode(
         decided += len(tokens)
         history.extend(tokens)
         root = tokens[-1]
-        if not draft:
+        if not draft or depth == 0:
             stream_tokens = []
         elif draft_override is not None:
             stream_tokens = draft_override(history)
         else:
             stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)
         yield Step(tokens, len(tree), len(out.survivors))
+
+
+def draft_depth(cfg) -> int:
+    """Streams whose tokens can survive pruning. A chain (k=1, no threshold) pruned to N nodes
+    keeps exactly its first N-1 levels, so only those are drafted: the same survivors, without
+    the early-exit head or the lower layers' work on nodes that would be cut."""
+    if cfg.top_k == 1 and cfg.prune_threshold == 0:
+        return max(min(cfg.gamma, cfg.max_tree_nodes - 1), 0)
+    return cfg.gamma
 
 
 def top_k_tokens(logits: mx.array, k: int) -> list[list[int]]:

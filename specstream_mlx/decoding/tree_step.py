@@ -78,13 +78,19 @@ def msa_layers(
     anc: np.ndarray,
     caches: list,
     prefix: int,
+    n_streams: int | None = None,
 ) -> mx.array:
     """main (1, M, d) hidden of M nodes at the pruning point, their depths (M,) and ancestors
-    (M, M) -> (1, M(1+gamma), d): main rows, then each node's gamma streams. Only main rows
-    enter the caches; caches=None runs without any (training)."""
+    (M, M) -> (1, M(1+g), d): main rows, then each node's first g = n_streams (default gamma)
+    streams. Stream j sees only streams 1..j, so fewer streams leave the first ones unchanged;
+    in shared mode the main stream sees them all, so it needs all gamma. Only main rows enter
+    the caches; caches=None runs without any (training)."""
     cfg = params.config
-    n_low, m, gamma = len(arch.layers) - cfg.n_msa_layers, main.shape[1], cfg.gamma
-    streams = main[0, :, None, :] + params.stream_embeddings[None]  # (M, gamma, d)
+    n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
+    gamma = cfg.gamma if n_streams is None else n_streams
+    if cfg.mode == "shared" and gamma != cfg.gamma:
+        raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
+    streams = main[0, :, None, :] + params.stream_embeddings[None, :gamma]  # (M, g, d)
     x = mx.concatenate([main, streams.reshape(1, m * gamma, -1)], axis=1)  # (1, M(1+g), d)
     positions = mx.concatenate([depths, mx.repeat(depths, gamma)]) + prefix
     mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared")
@@ -101,8 +107,14 @@ def msa_layers(
 
 
 def tree_forward(
-    arch: Arch, params: StreamParams, tree: Tree, caches: list, prefix: int
+    arch: Arch,
+    params: StreamParams,
+    tree: Tree,
+    caches: list,
+    prefix: int,
+    n_streams: int | None = None,
 ) -> TreeOutput:
+    """Verify `tree` and run the first `n_streams` (default gamma) streams of its survivors."""
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
     h = _lower_layers(arch, n_low, tree, caches, prefix)
@@ -120,11 +132,11 @@ def tree_forward(
         transition = np.concatenate([[1.0], np.array(probs[rows, cols])])
         survivors = prune(tree, transition, cfg.prune_threshold, cfg.max_tree_nodes)
 
-    m, gamma = len(survivors), cfg.gamma
+    m, gamma = len(survivors), cfg.gamma if n_streams is None else n_streams
     kept = mx.array(survivors)
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
     depths = mx.array(tree.depths)[kept]
-    x = msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix)
+    x = msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix, gamma)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
     if m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
