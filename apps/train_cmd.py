@@ -86,7 +86,7 @@ def run(args) -> int:
         n_val = min(max(len(data) // 20, 1), 32)
         if len(data) - n_val < 1:
             raise ss.SpecstreamError("too few examples to hold some out: pass --val")
-        val, data.examples = data.examples[-n_val:], data.examples[:-n_val]
+        val = data.hold_out(n_val)
     baseline = args.mode == "next-token"  # no streams: LoRA layers alone
     params = None
     if not baseline:

@@ -224,7 +224,8 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(tiny_folders, data_fil
     assert proc.returncode == 0, proc.stderr
     config = json.loads((out / "adapter_config.json").read_text())
     assert (
-        config["training"]["data"]["examples"] > 0
+        config["training"]["data"]["examples"] == 25  # 26 rows, the last held out
+        and config["training"]["data"]["held_out_for_validation"] == 1
         and "tau_chain" in config["training"]["validation"]
     )
     assert not (tmp_path / "adapter.checkpoint").exists()

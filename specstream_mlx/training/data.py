@@ -32,6 +32,17 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.examples)
 
+    def hold_out(self, n: int) -> list[Example]:
+        """Take the last n examples out (for validation); the summary then counts the rest."""
+        held, self.examples = self.examples[-n:], self.examples[:-n]
+        self.summary.update(
+            examples=len(self.examples),
+            tokens=sum(len(e.ids) for e in self.examples),
+            target_tokens=sum(sum(e.loss_mask) for e in self.examples),
+            held_out_for_validation=n,
+        )
+        return held
+
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Rows of a jsonl file; every malformed line is reported with its number, at once."""
