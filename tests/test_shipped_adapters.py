@@ -15,6 +15,17 @@ PROMPTS = {
             question="How many heads of the departments are older than 56?",
         )
     ],
+    "data2text": [
+        get_task("data2text").prompt(
+            mr="name[The Eagle], eatType[coffee shop], food[French], area[riverside]"
+        )
+    ],
+    "summarize": [
+        get_task("summarize").prompt(
+            dialogue="#Person1#: Are you coming to the meeting at three?\n"
+            "#Person2#: Yes, but I will be ten minutes late. Please start without me."
+        )
+    ],
 }
 
 
