@@ -63,13 +63,20 @@ def shared_streams(loaded, seed=0, **config):
     prompt=st.text(min_size=1, max_size=30).filter(str.strip),
     length=st.integers(1, 16),
     seed=st.integers(0, 1000),
+    prompt_streams=st.booleans(),
 )
 def test_shared_speculative_equals_its_plain_decoding(
-    shared_models, family, gamma, top_k, n_msa, cap, prompt, length, seed
+    shared_models, family, gamma, top_k, n_msa, cap, prompt, length, seed, prompt_streams
 ):
     loaded, _ = shared_models[family]
     params = shared_streams(
-        loaded, seed, gamma=gamma, top_k=top_k, n_msa_layers=n_msa, max_tree_nodes=cap
+        loaded,
+        seed,
+        gamma=gamma,
+        top_k=top_k,
+        n_msa_layers=n_msa,
+        max_tree_nodes=cap,
+        prompt_streams=prompt_streams,
     )
     loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
     try:
@@ -82,11 +89,15 @@ def test_shared_speculative_equals_its_plain_decoding(
     assert spec.stats.forward_passes <= plain.stats.forward_passes
 
 
-def test_shared_mode_changes_the_output_and_training_matches_decoding(shared_models):
+@pytest.mark.parametrize("prompt_streams", [False, True])
+def test_shared_mode_changes_the_output_and_training_matches_decoding(
+    shared_models, prompt_streams
+):
     """The main stream attends to its streams, so shared-mode output differs from the LoRA model
-    without streams; the training forward's main-stream argmax reproduces decoding."""
+    without streams; the training forward's main-stream argmax reproduces decoding, with streams
+    from the last prompt token on (default) or on every token (adapters made before)."""
     loaded, _ = shared_models["llama"]
-    params = shared_streams(loaded, 3, gamma=3, n_msa_layers=2)
+    params = shared_streams(loaded, 3, gamma=3, n_msa_layers=2, prompt_streams=prompt_streams)
     params.stream_embeddings = params.stream_embeddings * 50  # streams that matter
     prompt = [3, 40, 41, 42, 43, 44]
     loaded.streams = params
@@ -98,7 +109,10 @@ def test_shared_mode_changes_the_output_and_training_matches_decoding(shared_mod
     assert decoded != without
     arch = arch_of(loaded.model, "llama")
     ids = mx.array(prompt + decoded)
-    _, main, _ = forward.shared_hidden(arch, params, ids)
+    mask = np.array([False] * len(prompt) + [True] * len(decoded))
+    carry = forward.shared_stream_positions(params.config, mask)
+    assert carry[0] == (0 if prompt_streams else len(prompt) - 1)
+    _, main, _ = forward.shared_hidden(arch, params, ids, carry)
     argmax = np.array(mx.argmax(arch.lm_head(arch.norm(main)), axis=-1))
     assert list(argmax[len(prompt) - 1 : -1]) == decoded
 
@@ -197,3 +211,12 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
     apply_lora(loaded.model, rank=8, scale=20.0)
     with pytest.raises(ss.SpecstreamError, match="without LoRA"):
         train(loaded, lossless, data, data.examples[:1], tmp_path / "c", cfg, log=lambda s: None)
+
+
+def test_adapters_saved_before_prompt_streams_keep_running_them():
+    old = StreamConfig(mode="shared").to_dict()
+    del old["prompt_streams"]
+    assert StreamConfig.from_dict(old).prompt_streams is True
+    assert StreamConfig.from_dict(StreamConfig(mode="shared").to_dict()).prompt_streams is False
+    with pytest.raises(ss.SpecstreamError, match="prompt_streams"):
+        StreamConfig(prompt_streams="yes").validate()

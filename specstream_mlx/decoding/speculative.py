@@ -37,7 +37,7 @@ def speculative_decode(
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
     caches = make_cache(model, kv_bits)
-    if cfg.mode == "shared":
+    if cfg.mode == "shared" and cfg.prompt_streams:
         prefill_with_streams(arch, params, prompt_ids[:-1], caches, PREFILL_CHUNK)
     else:
         prefix = mx.array(prompt_ids[:-1])

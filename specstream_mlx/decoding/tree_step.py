@@ -79,21 +79,25 @@ def msa_layers(
     caches: list,
     prefix: int,
     n_streams: int | None = None,
+    stream_nodes: np.ndarray | None = None,
 ) -> mx.array:
     """main (1, M, d) hidden of M nodes at the pruning point, their depths (M,) and ancestors
-    (M, M) -> (1, M(1+g), d): main rows, then each node's first g = n_streams (default gamma)
-    streams. Stream j sees only streams 1..j, so fewer streams leave the first ones unchanged;
-    in shared mode the main stream sees them all, so it needs all gamma. Only main rows enter
-    the caches; caches=None runs without any (training)."""
+    (M, M) -> (1, M + S*g, d): main rows, then the first g = n_streams (default gamma) streams
+    of each of the S nodes in `stream_nodes` (default: all M). Stream j sees only streams 1..j,
+    so fewer streams leave the first ones unchanged; in shared mode the main stream sees them
+    all, so it needs all gamma. Only main rows enter the caches; caches=None runs without any
+    (training)."""
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
     if cfg.mode == "shared" and gamma != cfg.gamma:
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
-    streams = main[0, :, None, :] + params.stream_embeddings[None, :gamma]  # (M, g, d)
-    x = mx.concatenate([main, streams.reshape(1, m * gamma, -1)], axis=1)  # (1, M(1+g), d)
-    positions = mx.concatenate([depths, mx.repeat(depths, gamma)]) + prefix
-    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared")
+    nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes, dtype=int)
+    rows = mx.array(nodes)
+    streams = main[0, rows, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
+    x = mx.concatenate([main, streams.reshape(1, len(nodes) * gamma, -1)], axis=1)
+    positions = mx.concatenate([depths, mx.repeat(depths[rows], gamma)]) + prefix
+    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes)
     with arch.positions(positions):
         for i, layer in enumerate(arch.layers[n_low:]):
             cache = None if caches is None else MainOnlyCache(caches[n_low + i], m)
@@ -148,8 +152,9 @@ def tree_forward(
 def prefill_with_streams(
     arch: Arch, params: StreamParams, tokens: list[int], caches: list, chunk: int
 ) -> None:
-    """Shared mode: a token's main stream attends to its own streams in the MSA layers, so the
-    prompt's tokens run with their streams too (as a chain, `chunk` tokens per pass)."""
+    """Shared mode with prompt_streams: a token's main stream attends to its own streams in the
+    MSA layers, so the prompt's tokens run with their streams too (as a chain, `chunk` tokens
+    per pass)."""
     n_low = len(arch.layers) - params.config.n_msa_layers
     for start in range(0, len(tokens), chunk):
         piece = tokens[start : start + chunk]

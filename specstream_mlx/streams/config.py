@@ -21,6 +21,10 @@ class StreamConfig:
     mode: str = "lossless"  # lossless: frozen base; shared: LoRA in all layers, main sees streams
     lora_rank: int = 8  # shared mode: rank of the LoRA adapters in every layer
     lora_scale: float = 20.0  # shared mode: LoRA output scale (mlx-lm's; PEFT's alpha / r)
+    # Shared mode: prompt tokens carry streams too (the main stream attends to them). The paper
+    # runs streams only from the last prompt token on (Appendix I), so the prompt is prefilled
+    # plainly; adapters saved before this field existed ran them everywhere (from_dict).
+    prompt_streams: bool = False
 
     def validate(self, n_layers: int | None = None) -> StreamConfig:
         """Raise one SpecstreamError listing every out-of-range field."""
@@ -42,6 +46,8 @@ class StreamConfig:
             problems.append(f"lora_rank must be >= 1 in shared mode, got {self.lora_rank}")
         if not 0 < self.lora_scale < float("inf"):
             problems.append(f"lora_scale must be a positive number, got {self.lora_scale}")
+        if not isinstance(self.prompt_streams, bool):
+            problems.append(f"prompt_streams must be true or false, got {self.prompt_streams!r}")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:
@@ -54,4 +60,6 @@ class StreamConfig:
     @classmethod
     def from_dict(cls, data: dict) -> StreamConfig:
         known = {f.name for f in fields(cls)}
+        if data.get("mode") == "shared" and "prompt_streams" not in data:
+            data = {**data, "prompt_streams": True}  # made before the field existed
         return cls(**{k: v for k, v in data.items() if k in known})

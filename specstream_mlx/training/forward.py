@@ -185,17 +185,27 @@ def _prune_nll(arch: Arch, params: StreamParams, h_low: mx.array, ids, rows: np.
     return nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
 
 
-def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array):
-    """Shared mode, the whole model with its LoRA layers over one sequence; every position
-    carries streams, and in the MSA layers the main stream attends to its own token's streams.
-    Returns the hidden state at the pruning point (T, d), the main stream's last hidden (T, d)
-    and the streams' (T, gamma, d)."""
+def shared_stream_positions(config, loss_mask: np.ndarray) -> np.ndarray:
+    """Shared mode: the positions whose streams run (and which the main stream attends to), as
+    at decoding time: every position with prompt_streams, else those whose next token is a
+    completion token (the last prompt token, the root of the first draft, and the completion)."""
+    t = len(loss_mask)
+    if config.prompt_streams:
+        return np.arange(t)
+    return np.nonzero(np.asarray(loss_mask, bool)[1:])[0]
+
+
+def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array, carry: np.ndarray):
+    """Shared mode, the whole model with its LoRA layers over one sequence; the positions in
+    `carry` have streams, and in the MSA layers their main stream attends to them. Returns the
+    hidden state at the pruning point (T, d), the main stream's last hidden (T, d) and the
+    streams' (len(carry), gamma, d)."""
     cfg = params.config
     t = ids.shape[0]
     h = lower_hidden(arch, len(arch.layers) - cfg.n_msa_layers, ids)  # (1, T, d)
     chain = np.tril(np.ones((t, t), bool))
-    x = msa_layers(arch, params, h, mx.arange(t), chain, None, 0)  # (1, T(1+gamma), d)
-    return h[0], x[0, :t], x[0, t:].reshape(t, cfg.gamma, -1)
+    x = msa_layers(arch, params, h, mx.arange(t), chain, None, 0, stream_nodes=carry)
+    return h[0], x[0, :t], x[0, t:].reshape(len(carry), cfg.gamma, -1)
 
 
 def shared_loss(
@@ -205,13 +215,15 @@ def shared_loss(
     on the streams', plus the pruning head's next-token NLL (which trains the projection only)."""
     cfg = params.config
     ids, mask_np = mx.array(ids), np.asarray(loss_mask, bool)
-    h_low, main, streams = shared_hidden(arch, params, ids)
+    carry = shared_stream_positions(cfg, mask_np)
+    h_low, main, streams = shared_hidden(arch, params, ids, carry)
     rows = np.nonzero(mask_np[1:])[0]  # row r predicts token r + 1
     logits = arch.lm_head(arch.norm(main[mx.array(rows)]))
     main_nll = nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
-    positions = stream_positions(mask_np, cfg.gamma)
+    positions = np.intersect1d(stream_positions(mask_np, cfg.gamma), carry)
+    index = mx.array(np.searchsorted(carry, positions))
     stream_nll, correct, counts = _stream_terms(
-        arch, streams[mx.array(positions)], positions, ids, mask_np, cfg.gamma
+        arch, streams[index], positions, ids, mask_np, cfg.gamma
     )
     prune_nll = _prune_nll(arch, params, mx.stop_gradient(h_low), ids, rows)
     total = alpha_main * main_nll + alpha_stream * sum(stream_nll, mx.array(0.0)) + prune_nll

@@ -32,6 +32,7 @@ from .forward import (
     segment,
     shared_hidden,
     shared_loss,
+    shared_stream_positions,
     stream_hidden,
     stream_loss,
     stream_positions,
@@ -252,7 +253,10 @@ class SharedObjective:
         return out.total, mx.stack([out.main_nll, *out.stream_nll])
 
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
-        return shared_hidden(self.arch, self.params, mx.array(self.val[i].ids))[2][mx.array(rows)]
+        ex = self.val[i]
+        carry = shared_stream_positions(self.params.config, np.array(ex.loss_mask))
+        streams = shared_hidden(self.arch, self.params, mx.array(ex.ids), carry)[2]
+        return streams[mx.array(np.searchsorted(carry, rows))]  # scored rows all carry streams
 
     def validate(self) -> dict:
         return asdict(validate(self.arch, self.params, self.val, self.val_hidden))
