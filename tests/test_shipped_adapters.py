@@ -1,10 +1,11 @@
 """The adapters shipped inside the package load on the default model and keep the exactness
 invariant: Speculative Streaming gives the tokens of the (adapted) model's own plain decoding."""
 
+import mlx.core as mx
 import pytest
 
 import specstream_mlx as ss
-from specstream_mlx.streams.adapter_io import shipped_adapters
+from specstream_mlx.streams.adapter_io import SHIPPED_DIR, shipped_adapters
 from specstream_mlx.tasks import get_task
 
 PROMPTS = {
@@ -43,3 +44,11 @@ def test_shipped_adapter_decodes_exactly(name):
 
 def test_chat_adapter_ships():
     assert "chat" in shipped_adapters()
+
+
+@pytest.mark.parametrize("name", shipped_adapters())
+def test_shipped_adapter_extra_parameters_within_budget(name):
+    """Issue 4: at most 1e5 extra parameters per adapter besides its LoRA layers."""
+    weights = mx.load(str(SHIPPED_DIR / name / "adapters.safetensors"))
+    extra = sum(w.size for k, w in weights.items() if not k.startswith("lora."))
+    assert 0 < extra <= 100_000
