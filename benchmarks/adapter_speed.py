@@ -54,7 +54,11 @@ def main() -> None:
     parser.add_argument("--task", default=None, choices=sorted(TASK_FILES))
     parser.add_argument("--prompts", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--trees", default="1x5,2x8,3x32", help="K tokens per stream x N nodes")
+    parser.add_argument(
+        "--trees",
+        default="1x5,2x8,3x32",
+        help="K tokens per stream x N nodes, comma-separated; none: plain decoding only (quality)",
+    )
     default_data = Path(__file__).resolve().parents[2] / "shared" / "data"
     parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", default_data))
     parser.add_argument("--json", default=None)
@@ -73,7 +77,7 @@ def main() -> None:
         prompts = build_chat_prompts(args.data, args.prompts, seed=1, split="dev")
         references = None
     variants = {}
-    for tree in args.trees.split(","):
+    for tree in [] if args.trees == "none" else args.trees.split(","):
         k, n = (int(x) for x in tree.split("x"))
         variants[f"ss k={k} nodes<={n}"] = replace(trained.config, top_k=k, max_tree_nodes=n)
     names = ["ar (base)", "ar (adapter)", *variants] if shared else ["ar", *variants]
