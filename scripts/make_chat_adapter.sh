@@ -15,11 +15,11 @@ mkdir -p runs
     --gamma 4 --msa-layers 8 --tree-top-k 3 --rank 8 --steps 600 --batch-size 4 --lr 3e-3 \
     --segment 32 --warmup 20 --max-length 512 --val-every 100 --checkpoint-every 25 --seed 0 \
     --overwrite
-# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 5 nodes.
+# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
 ./dev.sh python - <<'PY'
 import json
 p = "specstream_mlx/adapters/chat/adapter_config.json"
 c = json.load(open(p))
-c["stream_config"].update(top_k=1, max_tree_nodes=5)
+c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
