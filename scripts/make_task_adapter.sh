@@ -24,12 +24,12 @@ common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
 if [ "$which" != "--baseline-only" ]; then
 ./dev.sh specstream train --mode shared "${common[@]}" --out "specstream_mlx/adapters/$task" \
     --gamma 4 --msa-layers 4 --tree-top-k 3 --lr 3e-3 --val-every 40 --checkpoint-every 10
-# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 5 nodes.
+# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
 ./dev.sh python - "$task" <<'PY'
 import json, sys
 p = f"specstream_mlx/adapters/{sys.argv[1]}/adapter_config.json"
 c = json.load(open(p))
-c["stream_config"].update(top_k=1, max_tree_nodes=5)
+c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
 fi
