@@ -126,7 +126,6 @@ def run(args) -> int:
         out,
         cfg,
         log=lambda s: print(s, file=sys.stderr, flush=True),
-        lora=(args.lora_rank, args.lora_scale),
     )
     last = progress["validations"][-1] if progress["validations"] else {}
     extra = {

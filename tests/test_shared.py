@@ -192,7 +192,7 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
     data = load_dataset(data_file, loaded.tokenizer, 64)
     cfg = TrainConfig(steps=2, batch_size=1, val_every=9, checkpoint_every=1)
     params = shared_streams(loaded, 0, gamma=2, n_msa_layers=2)  # lora_rank 8, scale 20
-    with pytest.raises(ss.SpecstreamError, match="trains LoRA layers"):
+    with pytest.raises(ss.SpecstreamError, match="shared mode trains LoRA layers"):
         train(loaded, params, data, data.examples[:1], tmp_path / "a", cfg, log=lambda s: None)
     lossless = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
     train(

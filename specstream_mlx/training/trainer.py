@@ -314,11 +314,10 @@ def train(
     log=print,
     stop_after: int | None = None,
     feature_cache_bytes: int = 3 << 30,
-    lora: tuple[int, float] | None = None,
 ) -> dict:
     """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
     trains LoRA layers on `loaded.model` too (put there with `apply_lora` first). params=None
-    trains the next-token LoRA baseline: the model's LoRA layers `lora` = (rank, scale) alone.
+    trains the next-token LoRA baseline: the model's LoRA layers alone.
 
     Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
     steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
@@ -328,11 +327,16 @@ def train(
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
     on_model = lora_settings(loaded.model)
-    if params is None or params.config.mode == "shared":
-        want = {lora} if params is None else {(params.config.lora_rank, params.config.lora_scale)}
-        if on_model != want or None in want:
+    if params is None and len(on_model) != 1:
+        raise SpecstreamError(
+            f"the next-token baseline trains the model's LoRA layers; it has {on_model or 'none'}:"
+            " call apply_lora first"
+        )
+    if params is not None and params.config.mode == "shared":
+        want = {(params.config.lora_rank, params.config.lora_scale)}
+        if on_model != want:
             raise SpecstreamError(
-                f"this mode trains LoRA layers {want} on the model, which has "
+                f"shared mode trains LoRA layers {want} on the model, which has "
                 f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
     if params is None:
@@ -354,7 +358,9 @@ def train(
         "seconds": 0.0,
         "target_tokens": 0,
         "embedding_scale": objective.scale,
-        "stream_config": params.config.to_dict() if params else {"next_token_lora": lora},
+        "stream_config": params.config.to_dict()
+        if params
+        else {"next_token_lora": [list(s) for s in sorted(on_model)]},
     }
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
