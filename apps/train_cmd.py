@@ -39,7 +39,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--gamma", type=positive_int, default=4)
     p.add_argument("--msa-layers", type=positive_int, default=4)
     p.add_argument("--tree-top-k", type=positive_int, default=3)
-    p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank (lossless)")
+    p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank")
+    p.add_argument(
+        "--no-stream-adapters",
+        action="store_true",
+        help="shared: the streams learn through the shared LoRA alone (no adapters of their own)",
+    )
     p.add_argument(
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
     )
@@ -98,6 +103,7 @@ def run(args) -> int:
             mode=args.mode,
             lora_rank=args.lora_rank,
             lora_scale=args.lora_scale,
+            shared_stream_adapters=not args.no_stream_adapters,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
     if args.mode != "lossless":

@@ -23,7 +23,7 @@ common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --warmup 10 --seed 0 --overwrite)
 if [ "$which" != "--baseline-only" ]; then
 ./dev.sh specstream train --mode shared "${common[@]}" --out "specstream_mlx/adapters/$task" \
-    --gamma 4 --msa-layers 4 --tree-top-k 3 --lr 3e-3 --val-every 40 --checkpoint-every 10
+    --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --val-every 40 --checkpoint-every 10
 # The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
 ./dev.sh python - "$task" <<'PY'
 import json, sys

@@ -64,9 +64,20 @@ def shared_streams(loaded, seed=0, **config):
     length=st.integers(1, 16),
     seed=st.integers(0, 1000),
     prompt_streams=st.booleans(),
+    stream_adapters=st.booleans(),
 )
 def test_shared_speculative_equals_its_plain_decoding(
-    shared_models, family, gamma, top_k, n_msa, cap, prompt, length, seed, prompt_streams
+    shared_models,
+    family,
+    gamma,
+    top_k,
+    n_msa,
+    cap,
+    prompt,
+    length,
+    seed,
+    prompt_streams,
+    stream_adapters,
 ):
     loaded, _ = shared_models[family]
     params = shared_streams(
@@ -77,6 +88,7 @@ def test_shared_speculative_equals_its_plain_decoding(
         n_msa_layers=n_msa,
         max_tree_nodes=cap,
         prompt_streams=prompt_streams,
+        shared_stream_adapters=stream_adapters,
     )
     loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
     try:
@@ -127,6 +139,7 @@ def test_shared_training_trains_lora_and_streams_only(tiny_folders, tmp_path):
     data_file.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     data = load_dataset(data_file, loaded.tokenizer, 128)
     params = shared_streams(loaded, 0, gamma=2, n_msa_layers=2, lora_rank=4, lora_scale=2.0)
+    before = {k: np.array(v) for k, v in tree_flatten(params.parameters())}
     apply_lora(loaded.model, rank=4, scale=2.0)
     cfg = TrainConfig(steps=8, batch_size=2, learning_rate=3e-3, val_every=8, checkpoint_every=4)
     progress = train(
@@ -141,6 +154,10 @@ def test_shared_training_trains_lora_and_streams_only(tiny_folders, tmp_path):
         assert np.array_equal(value, np.array(after[key])), name
     trained_b = [v for k, v in lora_weights(loaded.model).items() if k.endswith("lora_b")]
     assert all(np.abs(np.array(v)).max() > 0 for v in trained_b)
+    streams_after = dict(tree_flatten(params.parameters()))
+    assert any(k.startswith("adapters.") for k in before)  # the streams' own adapters train too
+    for name, value in before.items():
+        assert not np.array_equal(value, np.array(streams_after[name])), name
     folder = save_adapter(tmp_path / "shared", params, loaded)
     fresh = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
     assert has_lora(fresh.model) and fresh.streams.config.mode == "shared"
@@ -169,7 +186,7 @@ def test_refused_adapter_leaves_the_model_as_it_was(tiny_folders, tmp_path):
     lossless = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
     bad_folder = save_adapter(tmp_path / "bad", lossless, loaded)
     config = json.loads((bad_folder / "adapter_config.json").read_text())
-    config["stream_config"]["mode"] = "shared"
+    config["stream_config"].update(mode="shared", shared_stream_adapters=False)
     (bad_folder / "adapter_config.json").write_text(json.dumps(config))
 
     fresh = ss.load(str(tiny_folders["llama"]), adapter=str(good_folder))
@@ -215,8 +232,10 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
 
 def test_adapters_saved_before_prompt_streams_keep_running_them():
     old = StreamConfig(mode="shared").to_dict()
-    del old["prompt_streams"]
+    del old["prompt_streams"], old["shared_stream_adapters"]
     assert StreamConfig.from_dict(old).prompt_streams is True
-    assert StreamConfig.from_dict(StreamConfig(mode="shared").to_dict()).prompt_streams is False
+    assert StreamConfig.from_dict(old).has_stream_adapters is False
+    new = StreamConfig.from_dict(StreamConfig(mode="shared").to_dict())
+    assert new.prompt_streams is False and new.has_stream_adapters is True
     with pytest.raises(ss.SpecstreamError, match="prompt_streams"):
         StreamConfig(prompt_streams="yes").validate()

@@ -39,8 +39,11 @@ class MainOnlyCache:
 
 def compact(cache, start: int, keep: list[int]) -> None:
     """Keep rows start + keep[i] at start + i and drop the rest of this step's rows."""
-    idx = mx.array(keep) + start
     n = len(keep)
+    if keep == list(range(n)):  # already in place (a chain's accepted prefix): nothing to move
+        cache.offset = start + n
+        return
+    idx = mx.array(keep) + start
 
     def move(x):
         x[..., start : start + n, :] = x[..., idx, :]

@@ -56,7 +56,14 @@ def speculative_decode(
         tree = draft_tree(root, stream_tokens)
         offset = caches[0].offset
         out = tree_forward(arch, params, tree, caches, offset, n_streams)
-        argmax = mx.argmax(out.main_logits, axis=-1).tolist()
+        argmax = mx.argmax(out.main_logits, axis=-1)
+        # Every survivor's stream proposals in the same evaluation as the verification, when the
+        # head pass produced them: one wait per pass instead of two.
+        drafts = None
+        if draft and depth > 0 and draft_override is None and out.stream_logits is not None:
+            drafts = top_k_ids(out.stream_logits, cfg.top_k)  # (M, gamma, k)
+            mx.eval(argmax, drafts)
+        argmax = argmax.tolist()
         path = accept_greedy(tree, out.survivors, argmax)
         nodes = [out.survivors[m] for m in path]
         compact_layers(caches, n_low, offset, nodes, path)
@@ -69,6 +76,8 @@ def speculative_decode(
             stream_tokens = []
         elif draft_override is not None:
             stream_tokens = draft_override(history)
+        elif drafts is not None:
+            stream_tokens = drafts[path[-1]].tolist()
         else:
             stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)
         yield Step(tokens, len(tree), len(out.survivors))
@@ -84,10 +93,17 @@ def draft_depth(cfg) -> int:
 
 
 def top_k_tokens(logits: mx.array, k: int) -> list[list[int]]:
-    """(gamma, V) logits -> each row's k best token ids, best first (argpartition: O(V))."""
-    top = mx.argpartition(-logits, k - 1, axis=-1)[:, :k]  # (gamma, k), unordered
+    """(gamma, V) logits -> each row's k best token ids, best first."""
+    return top_k_ids(logits, k).tolist()
+
+
+def top_k_ids(logits: mx.array, k: int) -> mx.array:
+    """(..., V) logits -> (..., k) best token ids per row, best first (argpartition: O(V))."""
+    if k == 1:
+        return mx.argmax(logits, axis=-1, keepdims=True)
+    top = mx.argpartition(-logits, k - 1, axis=-1)[..., :k]  # unordered
     order = mx.argsort(-mx.take_along_axis(logits, top, axis=-1), axis=-1)
-    return mx.take_along_axis(top, order, axis=-1).tolist()
+    return mx.take_along_axis(top, order, axis=-1)
 
 
 def compact_layers(caches, n_low: int, offset: int, nodes: list[int], path: list[int]) -> None:

@@ -19,6 +19,10 @@ class Tree:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def is_chain(self) -> bool:
+        """One node per depth, in order: the tree is a plain run of consecutive tokens."""
+        return self.depths == list(range(len(self)))
+
     def ancestors(self) -> np.ndarray:
         """(N, N) bool: [i, j] is True when node j is node i or one of its ancestors."""
         n = len(self)

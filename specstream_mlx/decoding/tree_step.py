@@ -63,9 +63,15 @@ def _msa_mask(
 def _lower_layers(arch: Arch, n_low: int, tree: Tree, caches: list, prefix: int) -> mx.array:
     """(1, N, d): every tree node through the layers below the pruning point (all cached)."""
     h = arch.embed(mx.array(tree.tokens)[None])  # (1, N, d)
+    layers = zip(arch.layers[:n_low], caches[:n_low], strict=True)
+    if tree.is_chain():  # consecutive tokens: the model's own causal path, as in plain decoding
+        mask = "causal" if len(tree) > 1 else None
+        for layer, cache in layers:
+            h = layer(h, mask, cache)
+        return h
     mask = _lower_mask(tree, prefix)
     with arch.positions(mx.array(tree.depths) + prefix):
-        for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
+        for layer, cache in layers:
             h = layer(h, mask, cache)
     return h
 
@@ -104,7 +110,7 @@ def msa_layers(
             x = x + layer.self_attn(layer.input_layernorm(x), mask, cache)
             n = layer.post_attention_layernorm(x)
             out = x + layer.mlp(n)
-            if cfg.mode == "lossless":  # stream adapters act on stream rows only
+            if cfg.has_stream_adapters:  # they act on stream rows only
                 out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
             x = out
     return x

@@ -25,6 +25,14 @@ class StreamConfig:
     # runs streams only from the last prompt token on (Appendix I), so the prompt is prefilled
     # plainly; adapters saved before this field existed ran them everywhere (from_dict).
     prompt_streams: bool = False
+    # Shared mode: the streams also get their own low-rank adapters in the MSA layers (as in
+    # lossless mode), on top of the LoRA they share with the main stream. With LoRA alone the
+    # streams learned little (docs/BENCHMARKS.md); adapters saved before this field had none.
+    shared_stream_adapters: bool = True
+
+    @property
+    def has_stream_adapters(self) -> bool:
+        return self.mode == "lossless" or self.shared_stream_adapters
 
     def validate(self, n_layers: int | None = None) -> StreamConfig:
         """Raise one SpecstreamError listing every out-of-range field."""
@@ -48,6 +56,10 @@ class StreamConfig:
             problems.append(f"lora_scale must be a positive number, got {self.lora_scale}")
         if not isinstance(self.prompt_streams, bool):
             problems.append(f"prompt_streams must be true or false, got {self.prompt_streams!r}")
+        if not isinstance(self.shared_stream_adapters, bool):
+            problems.append(
+                f"shared_stream_adapters must be true or false, got {self.shared_stream_adapters!r}"
+            )
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:
@@ -60,6 +72,6 @@ class StreamConfig:
     @classmethod
     def from_dict(cls, data: dict) -> StreamConfig:
         known = {f.name for f in fields(cls)}
-        if data.get("mode") == "shared" and "prompt_streams" not in data:
-            data = {**data, "prompt_streams": True}  # made before the field existed
+        if data.get("mode") == "shared":  # adapters made before these fields existed
+            data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -22,16 +22,16 @@ class LowRank(nn.Module):
 
 
 class StreamParams(nn.Module):
-    """Stream identifier embeddings P_j (gamma, d), in lossless mode one stream adapter per MSA
-    layer (applied to stream rows of the MLP path only), and the pruning projection
-    o(h) = h + low_rank(h) (identity at init) whose output feeds the base head (early exit).
-    Shared mode has no stream adapters: its LoRA layers live in the model (streams/lora.py)."""
+    """Stream identifier embeddings P_j (gamma, d), one stream adapter per MSA layer (applied to
+    stream rows of the MLP path only; shared mode only with `shared_stream_adapters`), and the
+    pruning projection o(h) = h + low_rank(h) (identity at init) whose output feeds the base
+    head (early exit). Shared mode's LoRA layers live in the model (streams/lora.py)."""
 
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
         self.config = config
         self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
-        if config.mode == "lossless":
+        if config.has_stream_adapters:
             self.adapters = [
                 LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
             ]
