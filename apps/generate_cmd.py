@@ -16,11 +16,17 @@ def add_parser(subparsers) -> None:
     add_model_args(p)
     p.add_argument(
         "--decoder",
-        choices=["ar", "ss"],
+        choices=["ar", "ss", "pld"],
         default="ar",
-        help="ar: plain decoding; ss: Speculative Streaming (greedy, lossless)",
+        help="ar: plain decoding; ss: Speculative Streaming (greedy, lossless); pld: prompt "
+        "lookup decoding (drafts copied from the context; greedy, lossless)",
     )
-    p.add_argument("--adapter", default=None, help="stream adapter folder for --decoder ss")
+    p.add_argument(
+        "--adapter",
+        default=None,
+        help="stream adapter (shipped name or folder) for --decoder ss, or a shared-mode one "
+        "for pld",
+    )
     p.add_argument(
         "--kv-bits",
         type=int,
@@ -78,8 +84,8 @@ def run(args) -> int:
     sampling = ss.SamplingParams(args.temp, args.top_p, args.top_k, args.seed)
     if not prompt.strip():
         raise ss.SpecstreamError("the prompt is empty")
-    if args.adapter and args.decoder != "ss":
-        raise ss.SpecstreamError("--adapter needs --decoder ss")
+    if args.adapter and args.decoder == "ar":
+        raise ss.SpecstreamError("--adapter needs --decoder ss or pld")
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
     if args.decoder == "ss":
         loaded.streams = stream_params(loaded, args)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import mlx.core as mx
 
+from .decoding.lookup import LookupConfig, lookup_draft
 from .decoding.plain import plain_decode
 from .decoding.speculative import speculative_decode
 from .errors import SpecstreamError
@@ -23,7 +24,7 @@ from .sampling import Sampler, SamplingParams
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-DECODERS = ("ar", "ss")
+DECODERS = ("ar", "ss", "pld")
 
 
 @dataclass
@@ -143,7 +144,8 @@ def stream_generate(
 
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
     model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
-    untrained streams, which keep the output exact but accept few tokens).
+    untrained streams, which keep the output exact but accept few tokens); "pld" is prompt
+    lookup decoding (drafts copied from the context, verified by the model: greedy, exact).
     """
     if decoder not in DECODERS:
         raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
@@ -178,6 +180,18 @@ def stream_generate(
         steps = speculative_decode(
             loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits
         )
+    elif decoder == "pld":
+        if not sampling.greedy:
+            raise SpecstreamError("the pld decoder is greedy: use --temp 0 or --decoder ar")
+        arch = arch_of(loaded.model, loaded.config["model_type"])
+        lookup = LookupConfig()
+        shared = (
+            loaded.streams if loaded.streams and loaded.streams.config.mode == "shared" else None
+        )
+        if shared is not None:  # the adapter's own model verifies: its streams run, unused
+            shared = shared.with_config(top_k=1, max_tree_nodes=lookup.max_draft + 1)
+        drafter = draft_override or (lambda history: [[t] for t in lookup_draft(history, lookup)])
+        steps = speculative_decode(loaded.model, arch, shared, prompt_ids, budget, drafter, kv_bits)
     elif loaded.streams is not None and loaded.streams.config.mode == "shared":
         # A shared-mode adapter changes the model itself: its main stream attends to its own
         # streams, so plain decoding runs them too (one token per pass, no draft).

@@ -145,7 +145,9 @@ def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
     assert spec["stats"]["tree_nodes"] >= spec["stats"]["tree_nodes_kept"] >= 1
     clash = specstream(*base, "--decoder", "ss", "--adapter", str(adapter), "--gamma", "3")
     assert_clean_error(clash, "the adapter fixes gamma=3 (adapter has 2)")
-    assert_clean_error(specstream(*base, "--adapter", str(adapter)), "--adapter needs --decoder ss")
+    assert_clean_error(
+        specstream(*base, "--adapter", str(adapter)), "--adapter needs --decoder ss or pld"
+    )
     assert_clean_error(
         specstream(*base, "--decoder", "ss", "--adapter", str(tmp_path)), "not an adapter folder"
     )

@@ -14,7 +14,7 @@ from .kv import compact
 from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
 from .tree import accept_greedy, draft_tree
-from .tree_step import prefill_with_streams, tree_forward
+from .tree_step import prefill_with_streams, tree_forward, verify_forward
 
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
@@ -23,7 +23,7 @@ DraftOverride = Callable[[list[int]], list[list[int]]]
 def speculative_decode(
     model: nn.Module,
     arch: Arch,
-    params: StreamParams,
+    params: StreamParams | None,
     prompt_ids: list[int],
     max_tokens: int,
     draft_override: DraftOverride | None = None,
@@ -33,17 +33,20 @@ def speculative_decode(
     """Yield the tokens each forward pass accepts until `max_tokens` are decided.
 
     draft=False never drafts (one token per pass, streams still computed): plain decoding of a
-    shared-mode model, whose main stream attends to its own streams."""
+    shared-mode model, whose main stream attends to its own streams. params=None runs no streams:
+    the model verifies the chains `draft_override` proposes (prompt lookup decoding)."""
+    if params is None:
+        if draft_override is None:
+            raise ValueError("without streams the drafts must come from draft_override")
+        yield from _verify_drafts(model, arch, prompt_ids, max_tokens, draft_override, kv_bits)
+        return
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
     caches = make_cache(model, kv_bits)
     if cfg.mode == "shared" and cfg.prompt_streams:
         prefill_with_streams(arch, params, prompt_ids[:-1], caches, PREFILL_CHUNK)
     else:
-        prefix = mx.array(prompt_ids[:-1])
-        for start in range(0, prefix.size, PREFILL_CHUNK):
-            model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
-            mx.eval([c.state for c in caches])
+        _prefill(model, prompt_ids[:-1], caches)
     depth = draft_depth(cfg) if draft else cfg.gamma
     # Lossless streams beyond the draft's depth are never used: they are not computed.
     n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
@@ -81,6 +84,40 @@ def speculative_decode(
         else:
             stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)
         yield Step(tokens, len(tree), len(out.survivors))
+
+
+def _verify_drafts(
+    model: nn.Module,
+    arch: Arch,
+    prompt_ids: list[int],
+    max_tokens: int,
+    drafter: DraftOverride,
+    kv_bits: int | None,
+) -> Iterator[Step]:
+    """The model alone verifies each pass's drafted chain (or tree); no streams."""
+    caches = make_cache(model, kv_bits)
+    _prefill(model, prompt_ids[:-1], caches)
+    history = list(prompt_ids)
+    decided = 0
+    while decided < max_tokens:
+        tree = draft_tree(history[-1], drafter(history))
+        offset = caches[0].offset
+        out = verify_forward(arch, tree, caches, offset)
+        argmax = mx.argmax(out.main_logits, axis=-1).tolist()
+        path = accept_greedy(tree, out.survivors, argmax)
+        compact_layers(caches, len(arch.layers), offset, path, path)
+        tokens = [tree.tokens[n] for n in path[1:]] + [argmax[path[-1]]]
+        tokens = tokens[: max_tokens - decided]
+        decided += len(tokens)
+        history.extend(tokens)
+        yield Step(tokens, len(tree), len(tree))
+
+
+def _prefill(model: nn.Module, tokens: list[int], caches: list) -> None:
+    prefix = mx.array(tokens)
+    for start in range(0, prefix.size, PREFILL_CHUNK):
+        model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
+        mx.eval([c.state for c in caches])
 
 
 def draft_depth(cfg) -> int:

@@ -24,7 +24,7 @@ ONE_HEAD_PASS_ROWS = 64
 class TreeOutput:
     survivors: list[int]  # tree node indices that entered the MSA layers
     main_logits: mx.array  # (M, V) main-stream logits of the survivors
-    stream_hidden: mx.array  # (M, gamma, d) last hidden states of their streams
+    stream_hidden: mx.array | None  # (M, gamma, d) last hidden states of their streams
     stream_logits: mx.array | None = None  # (M, gamma, V) when computed in the same head pass
 
     def streams_of(self, arch: Arch, m: int) -> mx.array:
@@ -153,6 +153,13 @@ def tree_forward(
         return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
     return TreeOutput(survivors, main_logits, stream_hidden)
+
+
+def verify_forward(arch: Arch, tree: Tree, caches: list, prefix: int) -> TreeOutput:
+    """Verify `tree` with the model alone (no streams): drafts from elsewhere, e.g. prompt
+    lookup. Every node is a survivor."""
+    h = _lower_layers(arch, len(arch.layers), tree, caches, prefix)
+    return TreeOutput(list(range(len(tree))), arch.lm_head(arch.norm(h[0])), None)
 
 
 def prefill_with_streams(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
@@ -47,3 +50,10 @@ class StreamParams(nn.Module):
         ]
         self.update(tree_unflatten(new))
         return self
+
+    def with_config(self, **changes) -> StreamParams:
+        """The same weights (shared, not copied) under a changed decoding config, e.g. another
+        tree shape: `params.with_config(top_k=1, max_tree_nodes=4)`."""
+        other = copy.copy(self)
+        other.config = replace(self.config, **changes)
+        return other

@@ -69,6 +69,14 @@ def build_chat_prompts(
     """n prompts mixing written instructions and tasks over wikitext, DialogSum, E2E and SQL,
     shuffled with `seed`. split "train" (for training) or "dev" (held out: the dev/valid files
     and a separate list of instructions)."""
+    return [prompt for _, prompt in build_chat_mix(data_dir, n, seed, split)]
+
+
+def build_chat_mix(
+    data_dir: str | Path, n: int, seed: int = 0, split: str = "train"
+) -> list[tuple[str, str]]:
+    """`build_chat_prompts` with each prompt's category: instruction, passage, dialogue,
+    data2text or sql."""
     data = Path(data_dir)
     wiki_file = "wikitext2/train.txt" if split == "train" else "wikitext2/valid.txt"
     other = "train" if split == "train" else "dev"
@@ -79,29 +87,34 @@ def build_chat_prompts(
         raise SpecstreamError(f"data missing under {data}: {', '.join(missing)}")
     rng = random.Random(seed)
     share = max(n // 5, 1)
-    prompts = [rng.choice(instructions) for _ in range(share)]
+    prompts = [("instruction", rng.choice(instructions)) for _ in range(share)]
     wiki = [
         "Summarize this passage in two sentences:\n\n{}",
         "What is this passage about?\n\n{}",
         "Explain the main point of this text in simple words:\n\n{}",
     ]
     prompts += [
-        rng.choice(wiki).format(p) for p in _wikitext_passages(data / wiki_file, share, rng)
+        ("passage", rng.choice(wiki).format(p))
+        for p in _wikitext_passages(data / wiki_file, share, rng)
     ]
     dialogues = [json.loads(line) for line in (data / f"dialogsum/{other}.jsonl").open()]
     prompts += [
-        "Summarize the following dialogue.\n\n" + d["dialogue"][:1200]
+        ("dialogue", "Summarize the following dialogue.\n\n" + d["dialogue"][:1200])
         for d in rng.sample(dialogues, share)
     ]
     with open(data / f"e2e/{other}.csv", newline="") as f:
         mrs = sorted({row["mr"] for row in csv.DictReader(f)})
     prompts += [
-        "Write a sentence about a restaurant with these attributes: " + mr
+        ("data2text", "Write a sentence about a restaurant with these attributes: " + mr)
         for mr in rng.sample(mrs, share)
     ]
     sql = [json.loads(line) for line in (data / f"sql/{other}.jsonl").open()]
     prompts += [
-        f"Write an SQL query for this question.\nTable: {q['context']}\nQuestion: {q['question']}"
+        (
+            "sql",
+            f"Write an SQL query for this question.\nTable: {q['context']}\n"
+            f"Question: {q['question']}",
+        )
         for q in rng.sample(sql, n - len(prompts))
     ]
     rng.shuffle(prompts)

@@ -1,0 +1,86 @@
+"""`specstream bench`: every decoding method on the same prompts, interleaved, in one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .args import add_model_args, positive_int, temperature
+
+HELP = "benchmark decoding methods side by side (speedup, tau, quality, memory)"
+
+
+def add_parser(subparsers) -> None:
+    from specstream_mlx.bench.methods import METHODS
+    from specstream_mlx.bench.suites import SUITES
+
+    p = subparsers.add_parser("bench", help=HELP, description=HELP)
+    p.add_argument(
+        "--suite",
+        required=True,
+        choices=list(SUITES),
+        help="specbench / mtbench: question.jsonl; chat: the held-out chat mix from a data "
+        "folder; dialogsum / e2e / sql: a dev file of ../shared/data",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="question.jsonl, the data folder (chat), or the suite's data file",
+    )
+    p.add_argument("--limit", type=positive_int, default=None, help="first N questions")
+    p.add_argument("--max-tokens", type=positive_int, default=128)
+    p.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated, ar included (default: {','.join(METHODS)})",
+    )
+    p.add_argument(
+        "--adapter",
+        default=None,
+        help="stream adapter for ss (default: the suite's shipped one: chat, summarize, "
+        "data2text, sql)",
+    )
+    p.add_argument("--temp", type=temperature, default=0.0, help="0 = greedy (default)")
+    add_model_args(p)
+    p.add_argument("--json", default=None, help="write the report (schema: bench/report.py)")
+    p.add_argument("--markdown", default=None, help="write the tables as markdown")
+    p.add_argument("--plot", default=None, help="write speedup and tau per category (PNG)")
+    p.set_defaults(run=run)
+
+
+def _write(path: str, text: str) -> None:
+    """Atomically: a reader never sees half a report."""
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out)
+
+
+def run(args) -> int:
+    from specstream_mlx.bench.report import markdown, plot
+    from specstream_mlx.bench.run import BenchConfig, run_bench
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    config = BenchConfig(
+        suite=args.suite,
+        data=args.data,
+        limit=args.limit,
+        max_tokens=args.max_tokens,
+        methods=methods,
+        adapter=args.adapter,
+        temp=args.temp,
+        model=args.model,
+        precision=args.precision,
+    )
+    report = run_bench(config, log=lambda s: print(s, file=sys.stderr, flush=True))
+    table = markdown(report)
+    print(table)
+    if args.json:
+        _write(args.json, json.dumps(report, indent=2) + "\n")
+    if args.markdown:
+        _write(args.markdown, table)
+    if args.plot:
+        plot(report, args.plot)
+    return 0

@@ -1,0 +1,1 @@
+"""Benchmarks users can rerun: suites (prompts, references), methods, the run, the report."""

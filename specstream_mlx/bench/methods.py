@@ -1,0 +1,147 @@
+"""The decoding methods a benchmark compares, each behind one `run(prompt_ids, ...)` call that
+returns the tokens and the timings of one generation.
+
+- ar: our plain decoding (the reference for speedups);
+- ss: Speculative Streaming with a stream adapter;
+- pld: prompt lookup decoding through our tree verifier;
+- mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac).
+
+With a shared-mode adapter (the writing tools) ar, ss and pld all run the adapter's model (its
+LoRA layers, its main stream attending to its streams); mlx-lm cannot run that model, so it runs
+the base model and its outputs are not expected to match.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from ..errors import SpecstreamError
+from ..generate import stream_generate
+from ..models.loader import LoadedModel
+from ..sampling import SamplingParams
+
+METHODS = ("ar", "ss", "pld", "mlx-lm")
+# Reported, never run: a two-model draft baseline needs a smaller model with the same tokenizer.
+UNAVAILABLE = {
+    "draft-model": "SmolLM2-135M is the smallest SmolLM2: no same-tokenizer draft model exists"
+}
+
+
+@dataclass
+class Sample:
+    """One method's generation for one prompt."""
+
+    token_ids: list[int]
+    text: str
+    wall_seconds: float
+    prefill_seconds: float  # to the first token (prompt processing included)
+    forward_passes: int
+    accepted_tokens: int  # tokens the passes decided (tau = accepted / passes)
+    peak_memory_mb: float
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.wall_seconds - self.prefill_seconds
+
+
+@dataclass
+class Method:
+    name: str
+    loaded: LoadedModel
+    adapter: str | None = None  # the stream adapter it decodes with (ss, or a shared model's)
+    extra_params: int = 0  # parameters it adds to the base model, LoRA excluded
+
+    def run(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> Sample:
+        mx.reset_peak_memory()
+        start = time.perf_counter()
+        if self.name == "mlx-lm":
+            sample = _mlx_lm(self.loaded, prompt_ids, max_tokens, sampling, start)
+        else:
+            sample = _ours(self.name, self.loaded, prompt_ids, max_tokens, sampling, start)
+        sample.peak_memory_mb = mx.get_peak_memory() / 2**20
+        return sample
+
+
+def _ours(decoder, loaded, prompt_ids, max_tokens, sampling, start) -> Sample:
+    tokens, pieces, stats = [], [], None
+    for chunk in stream_generate(
+        loaded,
+        prompt_ids,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        decoder=decoder,
+        streams=loaded.streams if decoder == "ss" else None,
+    ):
+        tokens += chunk.token_ids
+        pieces.append(chunk.text)
+        stats = chunk.stats
+    return Sample(
+        tokens,
+        "".join(pieces),
+        time.perf_counter() - start,
+        stats.prompt_seconds,
+        stats.forward_passes,
+        stats.accepted_tokens,
+        0.0,
+    )
+
+
+def _mlx_lm(loaded, prompt_ids, max_tokens, sampling, start) -> Sample:
+    from mlx_lm import stream_generate as mlx_lm_stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    sampler = make_sampler(temp=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    if sampling.seed is not None:
+        mx.random.seed(sampling.seed)
+    tokens, pieces, first, stopped = [], [], None, False
+    for response in mlx_lm_stream_generate(
+        loaded.model, loaded.tokenizer, prompt_ids, max_tokens=max_tokens, sampler=sampler
+    ):
+        if first is None:
+            first = time.perf_counter() - start
+        pieces.append(response.text)
+        if response.finish_reason == "stop":  # its token is the EOS: decided, not output
+            stopped = True
+            break
+        tokens.append(response.token)
+    n = len(tokens) + stopped  # one token per pass
+    return Sample(tokens, "".join(pieces), time.perf_counter() - start, first or 0.0, n, n, 0.0)
+
+
+def stream_parameter_count(loaded: LoadedModel) -> int:
+    """Parameters of the loaded stream adapter besides LoRA (the streams' own)."""
+    if loaded.streams is None:
+        return 0
+    return sum(v.size for _, v in tree_flatten(loaded.streams.parameters()))
+
+
+def check_methods(names: list[str]) -> None:
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise SpecstreamError(
+            f"unknown method {', '.join(unknown)}; methods: {', '.join(METHODS)}"
+            + (" (medusa: not available yet)" if "medusa" in unknown else "")
+        )
+    if "ar" not in names:
+        raise SpecstreamError("the methods must include ar: speedups are measured against it")
+    if len(set(names)) != len(names):
+        raise SpecstreamError(f"a method is listed twice: {', '.join(names)}")
+
+
+def make_methods(names: list[str], loaded: LoadedModel, base: LoadedModel) -> list[Method]:
+    """`loaded` carries the benchmarked adapter; `base` is the model without it (mlx-lm)."""
+    check_methods(names)
+    shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
+    methods = []
+    for name in names:
+        if name == "ss":
+            methods.append(Method(name, loaded, loaded.adapter, stream_parameter_count(loaded)))
+        elif name == "mlx-lm":
+            methods.append(Method(name, base))
+        else:  # ar and pld decode the adapter's model when it is a shared one
+            methods.append(Method(name, loaded, loaded.adapter if shared else None))
+    return methods

@@ -1,0 +1,182 @@
+"""`specstream bench`: every method on the same prompts, the documented JSON schema, the tables,
+the plot, and clear errors for bad input."""
+
+import json
+
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.bench.report import markdown, plot
+from specstream_mlx.bench.run import BenchConfig, run_bench
+from specstream_mlx.bench.suites import read_suite
+from specstream_mlx.streams.adapter_io import save_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.params import StreamParams
+
+from .conftest import DATA
+from .test_cli import assert_clean_error, specstream
+
+METHOD_KEYS = {
+    "name", "adapter", "speedup_vs_ar", "tokens_per_second", "mean_accepted_tokens",
+    "forward_passes", "quality", "identical_to_ar", "extra_params", "peak_memory_mb",
+    "prefill_seconds", "decode_seconds", "generated_tokens", "samples", "per_category",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tiny_folders, tmp_path_factory):
+    loaded = ss.load(str(tiny_folders["llama"]))
+    cfg = StreamConfig(gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=6)
+    params = StreamParams(cfg.validate(loaded.config["num_hidden_layers"]), 64).randomize(1)
+    return save_adapter(tmp_path_factory.mktemp("bench") / "adapter", params, loaded)
+
+
+@pytest.fixture(scope="module")
+def questions(tmp_path_factory):
+    path = tmp_path_factory.mktemp("q") / "question.jsonl"
+    rows = [
+        {"question_id": 1, "category": "writing", "turns": ["Write a b c a b c", "Again."]},
+        {"question_id": 2, "category": "math", "turns": ["1 2 3 1 2 3 1 2"]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, questions, tmp_path):
+    config = BenchConfig(
+        suite="mtbench",
+        data=str(questions),
+        max_tokens=12,
+        methods=("ar", "ss", "pld", "mlx-lm"),
+        adapter=str(tiny_adapter),
+        model=str(tiny_folders["llama"]),
+    )
+    report = run_bench(config)
+    json.dumps(report)  # serialisable as is
+    assert set(report) == {"suite", "machine", "config", "methods", "unavailable"}
+    assert {"platform", "backend", "blas", "mlx", "mlx_lm"} <= set(report["machine"])
+    assert report["config"]["methods"] == ["ar", "ss", "pld", "mlx-lm"]
+    assert "draft-model" in report["unavailable"]
+    by_name = {m["name"]: m for m in report["methods"]}
+    assert list(by_name) == ["ar", "ss", "pld", "mlx-lm"]
+    for m in by_name.values():
+        assert set(m) == METHOD_KEYS
+        assert m["samples"] == 3  # 2 turns + 1 turn
+        assert set(m["per_category"]) == {"writing", "math"}
+        assert m["per_category"]["writing"]["samples"] == 2
+        assert m["quality"] == {}  # no references in a question file
+    assert by_name["ar"]["identical_to_ar"] is None
+    assert by_name["ar"]["mean_accepted_tokens"] == 1.0
+    # lossless methods give exactly ar's tokens
+    assert by_name["ss"]["identical_to_ar"] == 1.0 and by_name["pld"]["identical_to_ar"] == 1.0
+    assert by_name["ss"]["extra_params"] > 0 and by_name["ss"]["adapter"] == str(tiny_adapter)
+    assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
+    table = markdown(report)
+    for name in by_name:
+        assert f"| {name} |" in table
+    assert "| writing | 2 |" in table and "Not run: draft-model" in table
+    plot(report, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_app_suite_scores_quality_against_every_reference(tiny_folders, tmp_path):
+    data = tmp_path / "dev.csv"
+    data.write_text(
+        "mr,ref\n"
+        'name[Aromi],"Aromi is a pub."\n'
+        'name[Aromi],"Aromi is a coffee shop."\n'
+        'name[Bibimbap],"Bibimbap is cheap."\n'
+    )
+    config = BenchConfig(
+        suite="e2e",
+        data=str(data),
+        max_tokens=6,
+        methods=("ar", "pld"),
+        model=str(tiny_folders["llama"]),
+    )
+    report = run_bench(config)
+    for m in report["methods"]:
+        assert m["samples"] == 2  # grouped by MR
+        assert set(m["quality"]) == {"rouge1", "rougeLsum"}
+        assert list(m["per_category"]) == ["data2text"]
+    assert report["config"]["adapter"] is None  # no ss: no adapter needed
+
+
+def test_suite_readers_and_bad_input(tmp_path):
+    with pytest.raises(ss.SpecstreamError, match="unknown suite"):
+        read_suite("humaneval", tmp_path)
+    with pytest.raises(ss.SpecstreamError, match="not found"):
+        read_suite("specbench", tmp_path / "missing.jsonl")
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2}\nnot json\n')
+    with pytest.raises(ss.SpecstreamError, match="line 2: KeyError.*line 3"):
+        read_suite("specbench", bad)
+    with pytest.raises(ss.SpecstreamError, match="limit must be >= 1"):
+        read_suite("specbench", bad, limit=0)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"question_id": 7, "turns": ["a", "b"]}\n')
+    (q,) = read_suite("mtbench", ok)
+    assert (q.id, q.category, q.turns) == ("7", "all", ["a", "b"])
+
+
+def test_chat_suite_is_the_held_out_mix():
+    questions = read_suite("chat", DATA, limit=10)
+    assert len(questions) == 10
+    assert {q.category for q in questions} <= {
+        "instruction", "passage", "dialogue", "data2text", "sql"
+    }  # fmt: skip
+
+
+def test_cli_bad_input_is_one_clear_line(tiny_folders, questions, tmp_path):
+    model = ("--model", str(tiny_folders["llama"]))
+    assert_clean_error(
+        specstream("bench", "--suite", "humaneval", "--data", str(questions)), "invalid choice"
+    )
+    assert_clean_error(
+        specstream("bench", "--suite", "sql", "--data", str(tmp_path / "none.jsonl"), *model),
+        "data file not found",
+    )
+    assert_clean_error(
+        specstream("bench", "--suite", "mtbench", "--data", str(questions), "--limit", "0"),
+        "--limit",
+    )
+    assert_clean_error(
+        specstream(
+            "bench",
+            "--suite",
+            "mtbench",
+            "--data",
+            str(questions),
+            "--methods",
+            "ar,medusa",
+            *model,
+        ),
+        "unknown method medusa",
+    )
+    assert_clean_error(
+        specstream(
+            "bench", "--suite", "mtbench", "--data", str(questions), "--methods", "ss,pld", *model
+        ),
+        "must include ar",
+    )
+    assert_clean_error(
+        specstream(
+            "bench", "--suite", "mtbench", "--data", str(questions), "--temp", "0.7", *model
+        ),
+        "use --temp 0",
+    )
+
+
+def test_cli_writes_json_markdown_and_plot(tiny_folders, tiny_adapter, questions, tmp_path):
+    out = tmp_path / "r"
+    proc = specstream(
+        "bench", "--suite", "specbench", "--data", str(questions), "--limit", "1",
+        "--max-tokens", "5", "--methods", "ar,ss", "--adapter", str(tiny_adapter),
+        "--model", str(tiny_folders["llama"]), "--json", f"{out}.json",
+        "--markdown", f"{out}.md", "--plot", f"{out}.png",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [m["name"] for m in report["methods"]] == ["ar", "ss"]
+    assert (tmp_path / "r.md").read_text() in proc.stdout
+    assert (tmp_path / "r.png").stat().st_size > 0

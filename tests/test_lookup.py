@@ -1,0 +1,107 @@
+"""Prompt lookup decoding: drafts copied from the context, verified by the model alone (or by a
+shared adapter's model): greedy output equals plain decoding on every family."""
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specstream_mlx as ss
+from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
+from specstream_mlx.generate import encode_prompt
+
+from .test_shared import shared_streams
+from .tiny import FAMILIES
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tiny_folders):
+    return {family: ss.load(str(folder)) for family, folder in tiny_folders.items()}
+
+
+def test_lookup_draft_takes_the_latest_longest_match():
+    # suffix [2, 3] last occurred at 1: the tokens after it
+    assert lookup_draft([1, 2, 3, 4, 5, 9, 2, 3]) == [4, 5, 9, 2]
+    # the trigram [7, 2, 3] beats the more recent bigram [2, 3]
+    assert lookup_draft([7, 2, 3, 8, 2, 3, 6, 7, 2, 3]) == [8, 2, 3, 6]
+    # only the unigram matches; the most recent occurrence wins
+    assert lookup_draft([3, 1, 3, 4, 0, 3]) == [4, 0, 3]
+    assert lookup_draft([1, 2, 3, 4, 5, 9, 2, 3], LookupConfig(max_draft=2)) == [4, 5]
+    assert lookup_draft([1, 2, 3]) == []
+    assert lookup_draft([5]) == []
+    assert lookup_draft([1, 2, 1], LookupConfig(ngram_min=2)) == []
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    words=st.lists(st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1),
+    length=st.integers(1, 24),
+)
+def test_pld_equals_plain_greedy(tiny_models, family, words, length):
+    loaded = tiny_models[family]
+    prompt = " ".join(words * 3)  # repeats: the lookup finds matches
+    plain = ss.generate(loaded, prompt, max_tokens=length)
+    pld = ss.generate(loaded, prompt, max_tokens=length, decoder="pld")
+    assert pld.token_ids == plain.token_ids
+    assert pld.finish_reason == plain.finish_reason
+    assert pld.stats.forward_passes <= plain.stats.forward_passes
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_verifier_accepts_exactly_the_matching_prefix(tiny_models, family):
+    """Drafts that follow the greedy output for a while, then go wrong: every pass keeps the
+    right prefix plus the correction, and the output stays plain greedy."""
+    loaded = tiny_models[family]
+    prompt_ids = encode_prompt(loaded, "verify these drafts")
+    loaded.eos_token_ids, eos = set(), loaded.eos_token_ids  # 30 tokens whatever they are
+    try:
+        truth = ss.generate(loaded, prompt_ids, max_tokens=30).token_ids
+        rng = random.Random(0)
+
+        def drafter(history):
+            done = len(history) - len(prompt_ids)
+            right = rng.randrange(0, 5)
+            chain = truth[done : done + right] + [rng.randrange(100) for _ in range(2)]
+            return [[t] for t in chain]
+
+        chunks = ss.stream_generate(
+            loaded, prompt_ids, max_tokens=30, decoder="pld", draft_override=drafter
+        )
+        chunks = list(chunks)
+    finally:
+        loaded.eos_token_ids = eos
+    assert [t for c in chunks for t in c.token_ids] == truth
+    assert chunks[-1].stats.mean_accepted_tokens > 1.5
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_pld_with_a_shared_adapter_equals_its_plain_decoding(tiny_models, family):
+    loaded = tiny_models[family]
+    from specstream_mlx.streams.lora import apply_lora, remove_lora
+
+    from .test_shared import randomize_lora
+
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    randomize_lora(loaded.model, seed=3)
+    loaded.streams = shared_streams(loaded, 4, gamma=2, n_msa_layers=2, max_tree_nodes=2)
+    try:
+        prompt = "a b c a b c a b c a b"
+        plain = ss.generate(loaded, prompt, max_tokens=20)
+        pld = ss.generate(loaded, prompt, max_tokens=20, decoder="pld")
+    finally:
+        loaded.streams = None
+        remove_lora(loaded.model)
+    assert pld.token_ids == plain.token_ids
+
+
+def test_default_model_pld_copies_from_the_prompt(default_model):
+    text = "The quick brown fox jumps over the lazy dog near the old river bank."
+    prompt = f"Repeat this sentence exactly, twice: {text}"
+    plain = ss.generate(default_model, prompt, max_tokens=40)
+    pld = ss.generate(default_model, prompt, max_tokens=40, decoder="pld")
+    assert pld.token_ids == plain.token_ids
+    assert pld.stats.mean_accepted_tokens > 1.0  # some drafts were accepted
