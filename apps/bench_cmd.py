@@ -33,8 +33,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-tokens", type=positive_int, default=128)
     p.add_argument(
         "--methods",
-        default=",".join(METHODS),
-        help=f"comma-separated, ar included (default: {','.join(METHODS)})",
+        default=None,
+        help=f"comma-separated from {','.join(METHODS)}, ar included (default: all but medusa; "
+        "all with --medusa)",
+    )
+    p.add_argument(
+        "--medusa", default=None, help="Medusa heads folder (specstream train --mode medusa)"
     )
     p.add_argument(
         "--adapter",
@@ -59,10 +63,14 @@ def _write(path: str, text: str) -> None:
 
 
 def run(args) -> int:
+    from specstream_mlx.bench.methods import METHODS
     from specstream_mlx.bench.report import markdown, plot
     from specstream_mlx.bench.run import BenchConfig, run_bench
 
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if args.methods is None:
+        methods = tuple(m for m in METHODS if m != "medusa" or args.medusa)
+    else:
+        methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     config = BenchConfig(
         suite=args.suite,
         data=args.data,
@@ -73,6 +81,7 @@ def run(args) -> int:
         temp=args.temp,
         model=args.model,
         precision=args.precision,
+        medusa=args.medusa,
     )
     report = run_bench(config, log=lambda s: print(s, file=sys.stderr, flush=True))
     table = markdown(report)

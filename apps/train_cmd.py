@@ -28,15 +28,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="adapter folder to write")
     p.add_argument(
         "--mode",
-        choices=["lossless", "shared", "next-token"],
+        choices=["lossless", "shared", "next-token", "medusa"],
         default="lossless",
         help="lossless: frozen base, streams only (output unchanged); shared: LoRA in every "
         "layer shared by main stream and streams, the main stream attends to its streams "
         "(fine-tunes the model for the task); next-token: the same LoRA layers on next-token "
-        "loss alone, no streams (the paper's baseline; writes an mlx-lm LoRA adapter folder)",
+        "loss alone, no streams (the paper's baseline; writes an mlx-lm LoRA adapter folder); "
+        "medusa: Medusa-1 heads on the frozen base (the comparator of `specstream bench`)",
     )
     add_model_args(p)
-    p.add_argument("--gamma", type=positive_int, default=4)
+    p.add_argument("--gamma", type=positive_int, default=4, help="streams, or medusa heads")
     p.add_argument("--msa-layers", type=positive_int, default=4)
     p.add_argument("--tree-top-k", type=positive_int, default=3)
     p.add_argument("--rank", type=positive_int, default=8, help="stream adapter rank")
@@ -93,8 +94,14 @@ def run(args) -> int:
             raise ss.SpecstreamError("too few examples to hold some out: pass --val")
         val = data.hold_out(n_val)
     baseline = args.mode == "next-token"  # no streams: LoRA layers alone
-    params = None
-    if not baseline:
+    params = heads = None
+    if args.mode == "medusa":
+        from specstream_mlx.baselines.medusa import MedusaConfig, new_heads
+        from specstream_mlx.models.arch import arch_of
+
+        config = MedusaConfig(args.gamma, args.tree_top_k, args.gamma + 1)
+        heads = new_heads(loaded, arch_of(loaded.model, loaded.config["model_type"]), config)
+    elif not baseline:
         stream_config = StreamConfig(
             gamma=args.gamma,
             n_msa_layers=args.msa_layers,
@@ -106,7 +113,7 @@ def run(args) -> int:
             shared_stream_adapters=not args.no_stream_adapters,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
-    if args.mode != "lossless":
+    if args.mode in ("shared", "next-token"):
         apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
         steps=args.steps,
@@ -132,6 +139,7 @@ def run(args) -> int:
         out,
         cfg,
         log=lambda s: print(s, file=sys.stderr, flush=True),
+        medusa=heads,
     )
     last = progress["validations"][-1] if progress["validations"] else {}
     extra = {
@@ -144,7 +152,12 @@ def run(args) -> int:
             "loss_history": progress["history"][-10:],
         }
     }
-    if baseline:
+    if heads is not None:
+        from specstream_mlx.baselines.medusa import save_medusa
+
+        save_medusa(out, heads, loaded, extra=extra)
+        print(f"wrote {out}: tau chain {last.get('tau_chain')} (validation estimate)")
+    elif baseline:
         save_lora_adapter(out, loaded, extra=extra, overwrite=args.overwrite)
         print(f"wrote {out}: next-token NLL {last.get('next_token_nll')} (validation)")
     else:

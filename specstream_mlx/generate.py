@@ -17,6 +17,7 @@ import mlx.core as mx
 from .decoding.lookup import LookupConfig, lookup_draft
 from .decoding.plain import plain_decode
 from .decoding.speculative import speculative_decode
+from .decoding.tree import draft_tree
 from .errors import SpecstreamError
 from .models.arch import arch_of
 from .models.loader import LoadedModel
@@ -139,13 +140,16 @@ def stream_generate(
     streams: StreamParams | None = None,
     kv_bits: int | None = None,
     draft_override=None,
+    drafter=None,
 ) -> Iterator[GenerationChunk]:
     """Generate from `prompt` (text, chat messages, or token ids), yielding text as it is decided.
 
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
     model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
     untrained streams, which keep the output exact but accept few tokens); "pld" is prompt
-    lookup decoding (drafts copied from the context, verified by the model: greedy, exact).
+    lookup decoding (drafts copied from the context, verified by the model: greedy, exact), or
+    verification of the trees another `drafter` proposes (decoding.speculative.Drafter, e.g.
+    Medusa heads).
     """
     if decoder not in DECODERS:
         raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
@@ -190,8 +194,18 @@ def stream_generate(
         )
         if shared is not None:  # the adapter's own model verifies: its streams run, unused
             shared = shared.with_config(top_k=1, max_tree_nodes=lookup.max_draft + 1)
-        drafter = draft_override or (lambda history: [[t] for t in lookup_draft(history, lookup)])
-        steps = speculative_decode(loaded.model, arch, shared, prompt_ids, budget, drafter, kv_bits)
+        if shared is not None:  # drafts in the streams' place (levels of one token each)
+            override = draft_override or (lambda h: [[t] for t in lookup_draft(h, lookup)])
+            steps = speculative_decode(
+                loaded.model, arch, shared, prompt_ids, budget, override, kv_bits
+            )
+        else:
+            drafter = drafter or (
+                lambda h, _: draft_tree(h[-1], [[t] for t in lookup_draft(h, lookup)])
+            )
+            steps = speculative_decode(
+                loaded.model, arch, None, prompt_ids, budget, kv_bits=kv_bits, drafter=drafter
+            )
     elif loaded.streams is not None and loaded.streams.config.mode == "shared":
         # A shared-mode adapter changes the model itself: its main stream attends to its own
         # streams, so plain decoding runs them too (one token per pass, no draft).

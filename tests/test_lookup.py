@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
+from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 
 from .test_shared import shared_streams
@@ -38,7 +39,9 @@ def test_lookup_draft_takes_the_latest_longest_match():
 )
 @given(
     family=st.sampled_from(sorted(FAMILIES)),
-    words=st.lists(st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1),
+    words=st.lists(
+        st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1, max_size=10
+    ),
     length=st.integers(1, 24),
 )
 def test_pld_equals_plain_greedy(tiny_models, family, words, length):
@@ -62,14 +65,15 @@ def test_verifier_accepts_exactly_the_matching_prefix(tiny_models, family):
         truth = ss.generate(loaded, prompt_ids, max_tokens=30).token_ids
         rng = random.Random(0)
 
-        def drafter(history):
+        def drafter(history, hidden):
+            assert (hidden is None) == (len(history) == len(prompt_ids))
             done = len(history) - len(prompt_ids)
             right = rng.randrange(0, 5)
             chain = truth[done : done + right] + [rng.randrange(100) for _ in range(2)]
-            return [[t] for t in chain]
+            return draft_tree(history[-1], [[t] for t in chain])
 
         chunks = ss.stream_generate(
-            loaded, prompt_ids, max_tokens=30, decoder="pld", draft_override=drafter
+            loaded, prompt_ids, max_tokens=30, decoder="pld", drafter=drafter
         )
         chunks = list(chunks)
     finally:

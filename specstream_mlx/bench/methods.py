@@ -4,11 +4,13 @@ returns the tokens and the timings of one generation.
 - ar: our plain decoding (the reference for speedups);
 - ss: Speculative Streaming with a stream adapter;
 - pld: prompt lookup decoding through our tree verifier;
-- mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac).
+- mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac);
+- medusa: Medusa-1 heads (`specstream train --mode medusa`) on the base model, through our tree
+  verifier.
 
 With a shared-mode adapter (the writing tools) ar, ss and pld all run the adapter's model (its
-LoRA layers, its main stream attending to its streams); mlx-lm cannot run that model, so it runs
-the base model and its outputs are not expected to match.
+LoRA layers, its main stream attending to its streams); mlx-lm and medusa cannot run that model,
+so they run the base model and their outputs are not expected to match.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..generate import stream_generate
 from ..models.loader import LoadedModel
 from ..sampling import SamplingParams
 
-METHODS = ("ar", "ss", "pld", "mlx-lm")
+METHODS = ("ar", "ss", "pld", "mlx-lm", "medusa")
 # Reported, never run: a two-model draft baseline needs a smaller model with the same tokenizer.
 UNAVAILABLE = {
     "draft-model": "SmolLM2-135M is the smallest SmolLM2: no same-tokenizer draft model exists"
@@ -54,6 +56,7 @@ class Method:
     loaded: LoadedModel
     adapter: str | None = None  # the stream adapter it decodes with (ss, or a shared model's)
     extra_params: int = 0  # parameters it adds to the base model, LoRA excluded
+    drafter: object = None  # medusa: a decoding.speculative.Drafter
 
     def run(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> Sample:
         mx.reset_peak_memory()
@@ -61,20 +64,22 @@ class Method:
         if self.name == "mlx-lm":
             sample = _mlx_lm(self.loaded, prompt_ids, max_tokens, sampling, start)
         else:
-            sample = _ours(self.name, self.loaded, prompt_ids, max_tokens, sampling, start)
+            sample = _ours(self, prompt_ids, max_tokens, sampling, start)
         sample.peak_memory_mb = mx.get_peak_memory() / 2**20
         return sample
 
 
-def _ours(decoder, loaded, prompt_ids, max_tokens, sampling, start) -> Sample:
+def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
     tokens, pieces, stats = [], [], None
+    decoder = "pld" if method.name == "medusa" else method.name  # medusa: its drafter verified
     for chunk in stream_generate(
-        loaded,
+        method.loaded,
         prompt_ids,
         max_tokens=max_tokens,
         sampling=sampling,
         decoder=decoder,
-        streams=loaded.streams if decoder == "ss" else None,
+        streams=method.loaded.streams if decoder == "ss" else None,
+        drafter=method.drafter,
     ):
         tokens += chunk.token_ids
         pieces.append(chunk.text)
@@ -119,12 +124,13 @@ def stream_parameter_count(loaded: LoadedModel) -> int:
     return sum(v.size for _, v in tree_flatten(loaded.streams.parameters()))
 
 
-def check_methods(names: list[str]) -> None:
+def check_methods(names: list[str], medusa: str | None = None) -> None:
     unknown = [n for n in names if n not in METHODS]
     if unknown:
+        raise SpecstreamError(f"unknown method {', '.join(unknown)}; methods: {', '.join(METHODS)}")
+    if "medusa" in names and medusa is None:
         raise SpecstreamError(
-            f"unknown method {', '.join(unknown)}; methods: {', '.join(METHODS)}"
-            + (" (medusa: not available yet)" if "medusa" in unknown else "")
+            "medusa needs trained heads: --medusa DIR (specstream train --mode medusa ...)"
         )
     if "ar" not in names:
         raise SpecstreamError("the methods must include ar: speedups are measured against it")
@@ -132,9 +138,12 @@ def check_methods(names: list[str]) -> None:
         raise SpecstreamError(f"a method is listed twice: {', '.join(names)}")
 
 
-def make_methods(names: list[str], loaded: LoadedModel, base: LoadedModel) -> list[Method]:
-    """`loaded` carries the benchmarked adapter; `base` is the model without it (mlx-lm)."""
-    check_methods(names)
+def make_methods(
+    names: list[str], loaded: LoadedModel, base: LoadedModel, medusa: str | None = None
+) -> list[Method]:
+    """`loaded` carries the benchmarked adapter; `base` is the model without it (mlx-lm,
+    medusa); `medusa` is a folder of trained heads."""
+    check_methods(names, medusa)
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     methods = []
     for name in names:
@@ -142,6 +151,13 @@ def make_methods(names: list[str], loaded: LoadedModel, base: LoadedModel) -> li
             methods.append(Method(name, loaded, loaded.adapter, stream_parameter_count(loaded)))
         elif name == "mlx-lm":
             methods.append(Method(name, base))
+        elif name == "medusa":
+            from ..baselines.medusa import MedusaDrafter, load_medusa
+            from ..models.arch import arch_of
+
+            heads = load_medusa(medusa, base, arch_of(base.model, base.config["model_type"]))
+            count = sum(v.size for _, v in tree_flatten(heads.parameters()))
+            methods.append(Method(name, base, medusa, count, MedusaDrafter(heads)))
         else:  # ar and pld decode the adapter's model when it is a shared one
             methods.append(Method(name, loaded, loaded.adapter if shared else None))
     return methods

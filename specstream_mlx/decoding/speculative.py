@@ -13,11 +13,14 @@ from ..streams.params import StreamParams
 from .kv import compact
 from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
-from .tree import accept_greedy, draft_tree
+from .tree import Tree, accept_greedy, draft_tree
 from .tree_step import prefill_with_streams, tree_forward, verify_forward
 
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
+# A draft source without streams: (tokens decided so far, the normed last hidden state of the
+# last one, None before the first pass) -> the tree to verify, rooted at the last token.
+Drafter = Callable[[list[int], mx.array | None], Tree]
 
 
 def speculative_decode(
@@ -29,16 +32,17 @@ def speculative_decode(
     draft_override: DraftOverride | None = None,
     kv_bits: int | None = None,
     draft: bool = True,
+    drafter: Drafter | None = None,
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass accepts until `max_tokens` are decided.
 
     draft=False never drafts (one token per pass, streams still computed): plain decoding of a
     shared-mode model, whose main stream attends to its own streams. params=None runs no streams:
-    the model verifies the chains `draft_override` proposes (prompt lookup decoding)."""
+    the model verifies the trees `drafter` proposes (prompt lookup, Medusa heads)."""
     if params is None:
-        if draft_override is None:
-            raise ValueError("without streams the drafts must come from draft_override")
-        yield from _verify_drafts(model, arch, prompt_ids, max_tokens, draft_override, kv_bits)
+        if drafter is None:
+            raise ValueError("without streams the drafts must come from a drafter")
+        yield from _verify_drafts(model, arch, prompt_ids, max_tokens, drafter, kv_bits)
         return
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
@@ -91,20 +95,21 @@ def _verify_drafts(
     arch: Arch,
     prompt_ids: list[int],
     max_tokens: int,
-    drafter: DraftOverride,
+    drafter: Drafter,
     kv_bits: int | None,
 ) -> Iterator[Step]:
-    """The model alone verifies each pass's drafted chain (or tree); no streams."""
+    """The model alone verifies each pass's drafted tree; no streams."""
     caches = make_cache(model, kv_bits)
     _prefill(model, prompt_ids[:-1], caches)
-    history = list(prompt_ids)
+    history, hidden = list(prompt_ids), None
     decided = 0
     while decided < max_tokens:
-        tree = draft_tree(history[-1], drafter(history))
+        tree = drafter(history, hidden)
         offset = caches[0].offset
         out = verify_forward(arch, tree, caches, offset)
         argmax = mx.argmax(out.main_logits, axis=-1).tolist()
         path = accept_greedy(tree, out.survivors, argmax)
+        hidden = out.main_hidden[path[-1]]
         compact_layers(caches, len(arch.layers), offset, path, path)
         tokens = [tree.tokens[n] for n in path[1:]] + [argmax[path[-1]]]
         tokens = tokens[: max_tokens - decided]

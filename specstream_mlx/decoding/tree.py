@@ -32,6 +32,13 @@ class Tree:
         return anc
 
 
+def subtree(tree: Tree, keep: list[int]) -> Tree:
+    """The nodes `keep` (sorted, root included, every kept node's parent kept) as a tree."""
+    index = {node: i for i, node in enumerate(keep)}
+    parents = [-1] + [index[tree.parents[n]] for n in keep[1:]]
+    return Tree([tree.tokens[n] for n in keep], parents, [tree.depths[n] for n in keep])
+
+
 def draft_tree(root: int, stream_tokens: list[list[int]]) -> Tree:
     """Root, then stream_tokens[0] as its children, and every token of stream j+1 as a child of
     every node of stream j: 1 + k + k^2 + ... nodes."""

@@ -26,6 +26,7 @@ class TreeOutput:
     main_logits: mx.array  # (M, V) main-stream logits of the survivors
     stream_hidden: mx.array | None  # (M, gamma, d) last hidden states of their streams
     stream_logits: mx.array | None = None  # (M, gamma, V) when computed in the same head pass
+    main_hidden: mx.array | None = None  # (M, d) normed last hidden (verify_forward: drafters')
 
     def streams_of(self, arch: Arch, m: int) -> mx.array:
         """(gamma, V) stream logits of survivor m."""
@@ -158,8 +159,8 @@ def tree_forward(
 def verify_forward(arch: Arch, tree: Tree, caches: list, prefix: int) -> TreeOutput:
     """Verify `tree` with the model alone (no streams): drafts from elsewhere, e.g. prompt
     lookup. Every node is a survivor."""
-    h = _lower_layers(arch, len(arch.layers), tree, caches, prefix)
-    return TreeOutput(list(range(len(tree))), arch.lm_head(arch.norm(h[0])), None)
+    h = arch.norm(_lower_layers(arch, len(arch.layers), tree, caches, prefix)[0])  # (N, d)
+    return TreeOutput(list(range(len(tree))), arch.lm_head(h), None, main_hidden=h)
 
 
 def prefill_with_streams(

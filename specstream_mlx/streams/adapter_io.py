@@ -77,7 +77,7 @@ def save_adapter(
         "shapes": {name: list(w.shape) for name, w in weights.items()},
         **(extra or {}),
     }
-    _write_folder(folder, weights, config)
+    write_folder(folder, weights, config)
     return folder
 
 
@@ -102,18 +102,25 @@ def save_lora_adapter(
         "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
         **(extra or {}),
     }
-    _write_folder(folder, weights, config)
+    write_folder(folder, weights, config)
     return folder
 
 
-def _write_folder(folder: Path, weights: dict, config: dict) -> None:
-    """Build the folder beside its target, then rename it into place."""
+def write_folder(
+    folder: Path,
+    weights: dict,
+    config: dict,
+    weights_name: str = WEIGHTS,
+    config_name: str = CONFIG,
+) -> None:
+    """Build the folder (one safetensors file, one JSON file) beside its target, then rename it
+    into place: a reader sees the old folder or the new one, never half of one."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
     try:
-        mx.save_safetensors(str(tmp / WEIGHTS), weights)
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        mx.save_safetensors(str(tmp / weights_name), weights)
+        (tmp / config_name).write_text(json.dumps(config, indent=2) + "\n")
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)

@@ -19,6 +19,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
+from ..baselines.medusa import final_hidden, medusa_loss
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
 from ..streams.lora import lora_settings
@@ -292,6 +293,63 @@ class NextTokenObjective:
         }
 
 
+class MedusaObjective:
+    """Medusa-1 (the comparator): frozen base, the heads train on its cached last hidden states
+    over a random segment of positions per sequence, loss sum_k 0.8^(k-1) NLL_k."""
+
+    terms, scale = "heads", 1.0
+
+    def __init__(self, arch, heads, data: Dataset, val: list[Example], cfg, cache_bytes: int):
+        self.arch, self.module, self.data, self.cfg = arch, heads, data, cfg
+        self.val, self.cache_bytes, self.kept = val, cache_bytes, {}
+        self.val_hidden = [final_hidden(arch, mx.array(ex.ids)) for ex in val]
+        mx.eval(self.val_hidden)
+
+    def _hidden(self, i: int) -> mx.array:
+        if i in self.kept:
+            return self.kept[i]
+        h = final_hidden(self.arch, mx.array(self.data.examples[i].ids))
+        mx.eval(h)
+        if sum(x.nbytes for x in self.kept.values()) + h.nbytes <= self.cache_bytes:
+            self.kept[i] = h
+        return h
+
+    def loss(self, module, i: int, seen: int):
+        ex = self.data.examples[i]
+        rng = np.random.RandomState([self.cfg.seed, seen])
+        every = stream_positions(np.array(ex.loss_mask), module.config.n_heads)
+        total, nlls = medusa_loss(
+            module, self._hidden(i), ex, segment(every, self.cfg.segment, rng)
+        )
+        return total, mx.stack(nlls)
+
+    def validate(self) -> dict:
+        """Per-head top-1 accuracy and tau estimates, scored like the streams' (validate)."""
+        k_heads, top_k = self.module.config.n_heads, self.module.config.top_k
+        top1, topk = [], []
+        for ex, h in zip(self.val, self.val_hidden, strict=True):
+            mask, ids = np.array(ex.loss_mask), np.array(ex.ids)
+            rows = [p for p in range(len(ids) - 1 - k_heads) if mask[p + 1 : p + 2 + k_heads].all()]
+            if not rows:
+                continue
+            logits = self.module(h[mx.array(rows)]).transpose(1, 0, 2)  # (P, K, V)
+            targets = np.array([[ids[p + 1 + k] for k in range(1, k_heads + 1)] for p in rows])
+            best = np.array(mx.argpartition(-logits, top_k - 1, axis=-1)[..., :top_k])
+            top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
+            topk.append((best == targets[..., None]).any(-1))
+        if not top1:
+            raise SpecstreamError("no validation position has a completion token for every head")
+        top1, topk = np.concatenate(top1), np.concatenate(topk)
+        return asdict(
+            Validation(
+                stream_accuracy=[round(float(a), 4) for a in top1.mean(axis=0)],
+                tau_chain=round(1 + float(_leading_true(top1).mean()), 4),
+                tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
+                positions=int(top1.shape[0]),
+            )
+        )
+
+
 def describe(validation: dict, top_k: int | None) -> str:
     """One log line for a validation record of any objective."""
     if "stream_accuracy" in validation:
@@ -314,6 +372,7 @@ def train(
     log=print,
     stop_after: int | None = None,
     feature_cache_bytes: int = 3 << 30,
+    medusa=None,
 ) -> dict:
     """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
     trains LoRA layers on `loaded.model` too (put there with `apply_lora` first). params=None
@@ -322,12 +381,16 @@ def train(
     Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
     steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
     the frozen base's features of up to `feature_cache_bytes` of training sequences between
-    epochs. Returns the progress record: losses, validations, timing.
+    epochs. `medusa` (MedusaHeads, params None) trains Medusa-1 heads on the frozen base instead.
+    Returns the progress record: losses, validations, timing.
     """
     out_dir = Path(out_dir)
     arch = arch_of(loaded.model, loaded.config["model_type"])
     on_model = lora_settings(loaded.model)
-    if params is None and len(on_model) != 1:
+    if medusa is not None:
+        if on_model or params is not None:
+            raise SpecstreamError("medusa heads train on the plain base: no LoRA, no streams")
+    elif params is None and len(on_model) != 1:
         raise SpecstreamError(
             f"the next-token baseline trains the model's LoRA layers; it has {on_model or 'none'}:"
             " call apply_lora first"
@@ -339,7 +402,9 @@ def train(
                 f"shared mode trains LoRA layers {want} on the model, which has "
                 f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
-    if params is None:
+    if medusa is not None:
+        objective = MedusaObjective(arch, medusa, data, val, cfg, feature_cache_bytes)
+    elif params is None:
         objective = NextTokenObjective(loaded.model, data, val)
     elif params.config.mode == "shared":
         objective = SharedObjective(arch, params, loaded.model, data, val)
@@ -360,6 +425,8 @@ def train(
         "embedding_scale": objective.scale,
         "stream_config": params.config.to_dict()
         if params
+        else {"medusa": asdict(medusa.config)}
+        if medusa
         else {"next_token_lora": [list(s) for s in sorted(on_model)]},
     }
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
@@ -413,7 +480,7 @@ def train(
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
             v = objective.validate()
             progress["validations"].append({"step": progress["step"], **v})
-            top_k = params.config.top_k if params else None
+            top_k = params.config.top_k if params else medusa.config.top_k if medusa else None
             log(f"validation step {progress['step']}: {describe(v, top_k)}")
         if progress["step"] % cfg.checkpoint_every == 0 or progress["step"] == cfg.steps:
             checkpoint.save(module, optimizer, progress)
