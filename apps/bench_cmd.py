@@ -34,11 +34,16 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--methods",
         default=None,
-        help=f"comma-separated from {','.join(METHODS)}, ar included (default: all but medusa; "
-        "all with --medusa)",
+        help=f"comma-separated from {','.join(METHODS)}, ar included (default: ar, ss, pld, "
+        "mlx-lm, and medusa / lora when their folders are given)",
     )
     p.add_argument(
         "--medusa", default=None, help="Medusa heads folder (specstream train --mode medusa)"
+    )
+    p.add_argument(
+        "--lora",
+        default=None,
+        help="next-token LoRA baseline folder (specstream train --mode next-token)",
     )
     p.add_argument(
         "--adapter",
@@ -68,7 +73,8 @@ def run(args) -> int:
     from specstream_mlx.bench.run import BenchConfig, run_bench
 
     if args.methods is None:
-        methods = tuple(m for m in METHODS if m != "medusa" or args.medusa)
+        given = {"medusa": args.medusa, "lora": args.lora}
+        methods = tuple(m for m in METHODS if given.get(m, True))
     else:
         methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     config = BenchConfig(
@@ -82,6 +88,7 @@ def run(args) -> int:
         model=args.model,
         precision=args.precision,
         medusa=args.medusa,
+        lora=args.lora,
     )
     report = run_bench(config, log=lambda s: print(s, file=sys.stderr, flush=True))
     table = markdown(report)

@@ -60,7 +60,7 @@ def add_parser(subparsers) -> None:
         "--segment",
         type=non_negative_int,
         default=64,
-        help="lossless: stream positions per sequence per step (a random run of them; bounds "
+        help="lossless, medusa: positions per sequence per step (a random run of them; bounds "
         "memory); 0 = all",
     )
     p.add_argument("--val-every", type=positive_int, default=50)

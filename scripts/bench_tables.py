@@ -31,8 +31,9 @@ def command(report: dict, path: Path) -> str:
     parts += [f"--max-tokens {cfg['max_tokens']}", f"--methods {','.join(cfg['methods'])}"]
     if cfg["adapter"]:
         parts.append(f"--adapter {cfg['adapter']}")
-    if cfg.get("medusa"):
-        parts.append(f"--medusa {cfg['medusa']}")
+    for flag in ("medusa", "lora"):
+        if cfg.get(flag):
+            parts.append(f"--{flag} {cfg[flag]}")
     if cfg["temp"]:
         parts.append(f"--temp {cfg['temp']}")
     if cfg["model"]:

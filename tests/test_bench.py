@@ -79,6 +79,19 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def lora_folder(tiny_folders, tmp_path):
+    """A next-token LoRA adapter with random (non-zero) layers."""
+    from specstream_mlx.streams.adapter_io import save_lora_adapter
+    from specstream_mlx.streams.lora import apply_lora
+
+    from .test_shared import randomize_lora
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    apply_lora(loaded.model, rank=4, scale=20.0)
+    randomize_lora(loaded.model, seed=5)
+    return save_lora_adapter(tmp_path / "lora", loaded)
+
+
 def test_app_suite_scores_quality_against_every_reference(tiny_folders, tmp_path):
     data = tmp_path / "dev.csv"
     data.write_text(
@@ -91,10 +104,13 @@ def test_app_suite_scores_quality_against_every_reference(tiny_folders, tmp_path
         suite="e2e",
         data=str(data),
         max_tokens=6,
-        methods=("ar", "pld"),
+        methods=("ar", "pld", "lora"),
         model=str(tiny_folders["llama"]),
+        lora=str(lora_folder(tiny_folders, tmp_path)),
     )
     report = run_bench(config)
+    ar, pld, lora = report["methods"]
+    assert lora["adapter"] == config.lora and lora["identical_to_ar"] < 1.0  # another model
     for m in report["methods"]:
         assert m["samples"] == 2  # grouped by MR
         assert set(m["quality"]) == {"rouge1", "rougeLsum"}
@@ -151,7 +167,13 @@ def test_cli_bad_input_is_one_clear_line(tiny_folders, questions, tmp_path):
             "ar,medusa",
             *model,
         ),
-        "unknown method medusa",
+        "medusa needs trained heads",
+    )
+    assert_clean_error(
+        specstream(
+            "bench", "--suite", "mtbench", "--data", str(questions), "--methods", "ar,eagle", *model
+        ),
+        "unknown method eagle",
     )
     assert_clean_error(
         specstream(

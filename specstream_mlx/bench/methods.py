@@ -6,7 +6,9 @@ returns the tokens and the timings of one generation.
 - pld: prompt lookup decoding through our tree verifier;
 - mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac);
 - medusa: Medusa-1 heads (`specstream train --mode medusa`) on the base model, through our tree
-  verifier.
+  verifier;
+- lora: plain decoding of the next-token LoRA baseline (`specstream train --mode next-token`,
+  same data and budget as a shared adapter): the quality a shared adapter must keep.
 
 With a shared-mode adapter (the writing tools) ar, ss and pld all run the adapter's model (its
 LoRA layers, its main stream attending to its streams); mlx-lm and medusa cannot run that model,
@@ -26,7 +28,7 @@ from ..generate import stream_generate
 from ..models.loader import LoadedModel
 from ..sampling import SamplingParams
 
-METHODS = ("ar", "ss", "pld", "mlx-lm", "medusa")
+METHODS = ("ar", "ss", "pld", "mlx-lm", "medusa", "lora")
 # Reported, never run: a two-model draft baseline needs a smaller model with the same tokenizer.
 UNAVAILABLE = {
     "draft-model": "SmolLM2-135M is the smallest SmolLM2: no same-tokenizer draft model exists"
@@ -71,7 +73,8 @@ class Method:
 
 def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
     tokens, pieces, stats = [], [], None
-    decoder = "pld" if method.name == "medusa" else method.name  # medusa: its drafter verified
+    # medusa: its drafter's trees verified; lora: its model decoded plainly
+    decoder = {"medusa": "pld", "lora": "ar"}.get(method.name, method.name)
     for chunk in stream_generate(
         method.loaded,
         prompt_ids,
@@ -124,13 +127,17 @@ def stream_parameter_count(loaded: LoadedModel) -> int:
     return sum(v.size for _, v in tree_flatten(loaded.streams.parameters()))
 
 
-def check_methods(names: list[str], medusa: str | None = None) -> None:
+def check_methods(names: list[str], medusa: str | None = None, lora: str | None = None) -> None:
     unknown = [n for n in names if n not in METHODS]
     if unknown:
         raise SpecstreamError(f"unknown method {', '.join(unknown)}; methods: {', '.join(METHODS)}")
     if "medusa" in names and medusa is None:
         raise SpecstreamError(
             "medusa needs trained heads: --medusa DIR (specstream train --mode medusa ...)"
+        )
+    if "lora" in names and lora is None:
+        raise SpecstreamError(
+            "lora needs a next-token LoRA adapter: --lora DIR (specstream train --mode next-token)"
         )
     if "ar" not in names:
         raise SpecstreamError("the methods must include ar: speedups are measured against it")
@@ -139,11 +146,15 @@ def check_methods(names: list[str], medusa: str | None = None) -> None:
 
 
 def make_methods(
-    names: list[str], loaded: LoadedModel, base: LoadedModel, medusa: str | None = None
+    names: list[str],
+    loaded: LoadedModel,
+    base: LoadedModel,
+    medusa: str | None = None,
+    lora: str | None = None,
 ) -> list[Method]:
     """`loaded` carries the benchmarked adapter; `base` is the model without it (mlx-lm,
-    medusa); `medusa` is a folder of trained heads."""
-    check_methods(names, medusa)
+    medusa); `medusa` is a folder of trained heads, `lora` a next-token LoRA adapter folder."""
+    check_methods(names, medusa, lora)
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     methods = []
     for name in names:
@@ -158,6 +169,11 @@ def make_methods(
             heads = load_medusa(medusa, base, arch_of(base.model, base.config["model_type"]))
             count = sum(v.size for _, v in tree_flatten(heads.parameters()))
             methods.append(Method(name, base, medusa, count, MedusaDrafter(heads)))
+        elif name == "lora":
+            from .. import load
+
+            tuned = load(base.name, adapter=lora, precision=base.precision)
+            methods.append(Method(name, tuned, lora))
         else:  # ar and pld decode the adapter's model when it is a shared one
             methods.append(Method(name, loaded, loaded.adapter if shared else None))
     return methods

@@ -29,6 +29,7 @@ class BenchConfig:
     model: str | None = None
     precision: str = "auto"
     medusa: str | None = None  # trained Medusa heads, for the medusa method
+    lora: str | None = None  # a next-token LoRA adapter folder, for the lora method
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Turn:
 def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) -> dict:
     import specstream_mlx as ss
 
-    check_methods(list(config.methods), config.medusa)
+    check_methods(list(config.methods), config.medusa, config.lora)
     questions = read_suite(config.suite, config.data, config.limit)
     if config.max_tokens < 1:
         raise SpecstreamError(f"max_tokens must be >= 1, got {config.max_tokens}")
@@ -56,7 +57,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) 
     loaded = ss.load(config.model, adapter=adapter, precision=config.precision)
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     base = ss.load(config.model, precision=config.precision) if shared else loaded
-    methods = make_methods(list(config.methods), loaded, base, config.medusa)
+    methods = make_methods(list(config.methods), loaded, base, config.medusa, config.lora)
     sampling = SamplingParams(temperature=config.temp, seed=0)
 
     first = encode_prompt(loaded, questions[0].turns[0])
