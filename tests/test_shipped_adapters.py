@@ -1,6 +1,8 @@
 """The adapters shipped inside the package load on the default model and keep the exactness
 invariant: Speculative Streaming gives the tokens of the (adapted) model's own plain decoding."""
 
+import json
+
 import mlx.core as mx
 import pytest
 
@@ -42,8 +44,20 @@ def test_shipped_adapter_decodes_exactly(name):
         assert spec.stats.forward_passes <= plain.stats.forward_passes
 
 
-def test_chat_adapter_ships():
-    assert "chat" in shipped_adapters()
+def test_the_four_adapters_ship():
+    """Issue 4: the general chat adapter (lossless) and the three writing tools (shared)."""
+    assert shipped_adapters() == ["chat", "data2text", "sql", "summarize"]
+    configs = {
+        n: json.loads((SHIPPED_DIR / n / "adapter_config.json").read_text())
+        for n in shipped_adapters()
+    }
+    modes = {n: c["stream_config"]["mode"] for n, c in configs.items()}
+    assert modes == {
+        "chat": "lossless",
+        "data2text": "shared",
+        "sql": "shared",
+        "summarize": "shared",
+    }
 
 
 @pytest.mark.parametrize("name", shipped_adapters())
