@@ -40,6 +40,16 @@ def test_generate_json_on_default_model():
     assert out["stats"]["mean_accepted_tokens"] == 1.0
 
 
+def test_quickstart_command_decodes_exactly_with_the_chat_adapter():
+    """The README's first command: the shipped chat adapter, lossless, same answer as ar."""
+    args = ("--adapter", "chat", "--decoder", "ss", "--json")
+    proc = specstream("generate", "--prompt", "What is the capital of France?", *args)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["text"] == "The capital of France is Paris."
+    assert out["decoder"] == "ss" and out["adapter"] == "chat"
+
+
 def test_generate_streams_text_and_stats(tiny_folders):
     proc = specstream(
         "generate",

@@ -62,12 +62,13 @@ def speculative_decode(
             stream_tokens = stream_tokens[: cfg.max_tree_nodes - 1]
         tree = draft_tree(root, stream_tokens)
         offset = caches[0].offset
-        out = tree_forward(arch, params, tree, caches, offset, n_streams)
+        own_drafts = draft and depth > 0 and draft_override is None
+        out = tree_forward(arch, params, tree, caches, offset, n_streams, own_drafts)
         argmax = mx.argmax(out.main_logits, axis=-1)
         # Every survivor's stream proposals in the same evaluation as the verification, when the
         # head pass produced them: one wait per pass instead of two.
         drafts = None
-        if draft and depth > 0 and draft_override is None and out.stream_logits is not None:
+        if own_drafts and out.stream_logits is not None:
             drafts = top_k_ids(out.stream_logits, cfg.top_k)  # (M, gamma, k)
             mx.eval(argmax, drafts)
         argmax = argmax.tolist()

@@ -124,8 +124,11 @@ def tree_forward(
     caches: list,
     prefix: int,
     n_streams: int | None = None,
+    stream_logits: bool = True,
 ) -> TreeOutput:
-    """Verify `tree` and run the first `n_streams` (default gamma) streams of its survivors."""
+    """Verify `tree` and run the first `n_streams` (default gamma) streams of its survivors.
+    stream_logits=False skips the head on the stream rows: nothing will be drafted from them
+    (a shared-mode model's plain decoding, or drafts from elsewhere)."""
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
     h = _lower_layers(arch, n_low, tree, caches, prefix)
@@ -149,7 +152,7 @@ def tree_forward(
     depths = mx.array(tree.depths)[kept]
     x = msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix, gamma)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
-    if m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
+    if stream_logits and m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
         return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
