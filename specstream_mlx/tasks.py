@@ -10,11 +10,11 @@ adapter always sees at run time exactly the prompt it was trained on.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecstreamError
+from .jsonl import read_rows
 
 
 @dataclass(frozen=True)
@@ -87,22 +87,15 @@ def read_task_examples(name: str, path: str | Path, limit: int | None = None) ->
 
 def _read_jsonl(task: Task, path: Path) -> list[TaskExample]:
     answer_key = {"dialogsum": "summary", "sql": "answer"}[task.dataset]
-    examples, problems = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                refs = [row[answer_key]] if answer_key in row else []
-                refs += [r for r in row.get("summaries", []) if r not in refs]
-                if not refs:
-                    raise KeyError(answer_key)
-                examples.append(TaskExample(task.prompt(**row), [r.strip() for r in refs]))
-            except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
-                problems.append(f"line {number}: {type(exc).__name__} {exc}")
-    _report(problems, path, task)
-    return examples
+
+    def example(row) -> TaskExample:
+        refs = [row[answer_key]] if answer_key in row else []
+        refs += [r for r in row.get("summaries", []) if r not in refs]
+        if not refs:
+            raise KeyError(answer_key)
+        return TaskExample(task.prompt(**row), [r.strip() for r in refs])
+
+    return read_rows(path, example, f"{task.dataset} data")
 
 
 def _read_e2e(task: Task, path: Path) -> list[TaskExample]:
@@ -115,11 +108,3 @@ def _read_e2e(task: Task, path: Path) -> list[TaskExample]:
             if row["mr"] and row["ref"]:
                 refs.setdefault(row["mr"].strip(), []).append(row["ref"].strip())
     return [TaskExample(task.prompt(mr=mr), r) for mr, r in refs.items()]
-
-
-def _report(problems: list[str], path: Path, task: Task) -> None:
-    if problems:
-        shown = "; ".join(problems[:10]) + (
-            f"; ... {len(problems) - 10} more" if len(problems) > 10 else ""
-        )
-        raise SpecstreamError(f"malformed {task.dataset} data in {path}: {shown}")

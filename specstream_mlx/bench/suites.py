@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecstreamError
+from ..jsonl import read_rows
 from ..tasks import read_task_examples
 from ..training.chat_prompts import build_chat_mix
 
@@ -58,26 +58,13 @@ def read_suite(suite: str, path: str | Path, limit: int | None = None) -> list[Q
 
 
 def _read_questions(path: Path) -> list[Question]:
-    if not path.is_file():
-        raise SpecstreamError(f"data file not found: {path}")
-    questions, problems = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                turns = row["turns"]
-                if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-                    raise ValueError("turns must be a non-empty list of non-empty strings")
-                questions.append(
-                    Question(str(row["question_id"]), str(row.get("category", "all")), turns)
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                problems.append(f"line {number}: {type(exc).__name__} {exc}")
-    if problems:
-        more = f"; ... {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise SpecstreamError(f"malformed question file {path}: {'; '.join(problems[:10])}{more}")
+    def question(row) -> Question:
+        turns = row["turns"]
+        if not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise ValueError("turns must be a non-empty list of non-empty strings")
+        return Question(str(row["question_id"]), str(row.get("category", "all")), turns)
+
+    questions = read_rows(path, question, "question file")
     if not questions:
         raise SpecstreamError(f"no questions in {path}")
     return questions

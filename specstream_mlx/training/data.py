@@ -9,11 +9,11 @@ completions only.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SpecstreamError
+from ..jsonl import BadRow, read_rows
 
 
 @dataclass
@@ -46,33 +46,18 @@ class Dataset:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     """Rows of a jsonl file; every malformed line is reported with its number, at once."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecstreamError(f"data file not found: {path}")
-    rows, problems = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"line {number}: invalid JSON ({exc.msg})")
-                continue
-            if not isinstance(row, dict) or not (
-                {"messages", "text"} & row.keys() or {"prompt", "completion"} <= row.keys()
-            ):
-                problems.append(f"line {number}: needs messages, prompt+completion, or text")
-                continue
-            rows.append(row)
-    if problems:
-        shown = "; ".join(problems[:10]) + (
-            f"; ... {len(problems) - 10} more" if len(problems) > 10 else ""
-        )
-        raise SpecstreamError(f"malformed data in {path}: {shown}")
+    rows = read_rows(path, _training_row)
     if not rows:
         raise SpecstreamError(f"no examples in {path}")
     return rows
+
+
+def _training_row(row) -> dict:
+    if not isinstance(row, dict) or not (
+        {"messages", "text"} & row.keys() or {"prompt", "completion"} <= row.keys()
+    ):
+        raise BadRow("needs messages, prompt+completion, or text")
+    return row
 
 
 def _chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:

@@ -1,0 +1,43 @@
+"""Reading jsonl data files: every malformed line is reported with its number, all at once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from .errors import SpecstreamError
+
+T = TypeVar("T")
+SHOWN = 10  # problems listed in the message; the rest are counted
+
+
+class BadRow(ValueError):
+    """A row in the wrong shape; its message is reported as it is."""
+
+
+def read_rows(path: str | Path, convert: Callable[[object], T], what: str = "data") -> list[T]:
+    """`convert(row)` for each non-empty line's JSON value. Lines that are not JSON, or that
+    `convert` rejects (BadRow, KeyError, ValueError, TypeError, AttributeError, SpecstreamError),
+    are collected and raised together as one SpecstreamError naming `what` and `path`."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecstreamError(f"data file not found: {path}")
+    rows, problems = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(convert(json.loads(line)))
+            except json.JSONDecodeError as exc:
+                problems.append(f"line {number}: invalid JSON ({exc.msg})")
+            except BadRow as exc:
+                problems.append(f"line {number}: {exc}")
+            except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
+                problems.append(f"line {number}: {type(exc).__name__} {exc}")
+    if problems:
+        more = f"; ... {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+        raise SpecstreamError(f"malformed {what} in {path}: {'; '.join(problems[:SHOWN])}{more}")
+    return rows
