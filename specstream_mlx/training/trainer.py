@@ -71,21 +71,21 @@ def _leading_true(hits: np.ndarray) -> np.ndarray:
     return np.cumprod(hits, axis=1).sum(axis=1)
 
 
-def validate(arch, params: StreamParams, examples: list[Example], hidden_of) -> Validation:
-    """Streams' greedy and top-k hits on held-out sequences, where all gamma targets exist.
-    `hidden_of(i, rows)` gives the (P, gamma, d) stream hidden states of example i's rows."""
-    cfg = params.config
+def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Validation:
+    """Greedy and top-k hits of the gamma drafters (streams, or Medusa heads) on held-out
+    sequences, where all gamma targets exist. `logits_of(i, rows)` gives the (P, gamma, V)
+    logits of example i's rows; drafter j at position p predicts token p + 1 + j."""
     top1, topk = [], []
     for i, ex in enumerate(examples):
         mask, t = np.array(ex.loss_mask), len(ex.loss_mask)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
-        rows = [p for p in range(t - 1 - cfg.gamma) if mask[p + 1 : p + 2 + cfg.gamma].all()]
+        rows = [p for p in range(t - 1 - gamma) if mask[p + 1 : p + 2 + gamma].all()]
         if not rows:
             continue
-        logits = arch.lm_head(arch.norm(hidden_of(i, np.array(rows))))  # (P, gamma, V)
+        logits = logits_of(i, np.array(rows))  # (P, gamma, V)
         ids = np.array(ex.ids)
-        targets = np.array([[ids[p + 1 + j] for j in range(1, cfg.gamma + 1)] for p in rows])
-        best = np.array(mx.argpartition(-logits, cfg.top_k - 1, axis=-1)[..., : cfg.top_k])
+        targets = np.array([[ids[p + 1 + j] for j in range(1, gamma + 1)] for p in rows])
+        best = np.array(mx.argpartition(-logits, top_k - 1, axis=-1)[..., :top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
         topk.append((best == targets[..., None]).any(-1))
     if not top1:
@@ -97,6 +97,15 @@ def validate(arch, params: StreamParams, examples: list[Example], hidden_of) -> 
         tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
         positions=int(top1.shape[0]),
     )
+
+
+def validate_streams(arch, params: StreamParams, examples: list[Example], hidden_of) -> Validation:
+    """`validate` for streams: `hidden_of(i, rows)` gives their (P, gamma, d) hidden states."""
+
+    def logits_of(i, rows):
+        return arch.lm_head(arch.norm(hidden_of(i, rows)))
+
+    return validate(examples, logits_of, params.config.gamma, params.config.top_k)
 
 
 class FeatureCache:
@@ -233,7 +242,7 @@ class LosslessObjective:
         return stream_hidden(self.arch, self.params, self.val[i], rows)
 
     def validate(self) -> dict:
-        return asdict(validate(self.arch, self.params, self.val, self.val_hidden))
+        return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
 
 
 class SharedObjective:
@@ -260,7 +269,7 @@ class SharedObjective:
         return streams[mx.array(np.searchsorted(carry, rows))]  # scored rows all carry streams
 
     def validate(self) -> dict:
-        return asdict(validate(self.arch, self.params, self.val, self.val_hidden))
+        return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
 
 
 class NextTokenObjective:
@@ -324,30 +333,13 @@ class MedusaObjective:
         return total, mx.stack(nlls)
 
     def validate(self) -> dict:
-        """Per-head top-1 accuracy and tau estimates, scored like the streams' (validate)."""
-        k_heads, top_k = self.module.config.n_heads, self.module.config.top_k
-        top1, topk = [], []
-        for ex, h in zip(self.val, self.val_hidden, strict=True):
-            mask, ids = np.array(ex.loss_mask), np.array(ex.ids)
-            rows = [p for p in range(len(ids) - 1 - k_heads) if mask[p + 1 : p + 2 + k_heads].all()]
-            if not rows:
-                continue
-            logits = self.module(h[mx.array(rows)]).transpose(1, 0, 2)  # (P, K, V)
-            targets = np.array([[ids[p + 1 + k] for k in range(1, k_heads + 1)] for p in rows])
-            best = np.array(mx.argpartition(-logits, top_k - 1, axis=-1)[..., :top_k])
-            top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
-            topk.append((best == targets[..., None]).any(-1))
-        if not top1:
-            raise SpecstreamError("no validation position has a completion token for every head")
-        top1, topk = np.concatenate(top1), np.concatenate(topk)
-        return asdict(
-            Validation(
-                stream_accuracy=[round(float(a), 4) for a in top1.mean(axis=0)],
-                tau_chain=round(1 + float(_leading_true(top1).mean()), 4),
-                tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
-                positions=int(top1.shape[0]),
-            )
-        )
+        """Per-head top-1 accuracy and tau estimates, scored like the streams'."""
+
+        def logits_of(i, rows):
+            return self.module(self.val_hidden[i][mx.array(rows)]).transpose(1, 0, 2)
+
+        cfg = self.module.config
+        return asdict(validate(self.val, logits_of, cfg.n_heads, cfg.top_k))
 
 
 def describe(validation: dict, top_k: int | None) -> str:
