@@ -189,12 +189,12 @@ def stream_generate(
             raise SpecstreamError("the pld decoder is greedy: use --temp 0 or --decoder ar")
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig()
-        shared = (
-            loaded.streams if loaded.streams and loaded.streams.config.mode == "shared" else None
-        )
-        if shared is not None:  # the adapter's own model verifies: its streams run, unused
-            shared = shared.with_config(top_k=1, max_tree_nodes=lookup.max_draft + 1)
-        if shared is not None:  # drafts in the streams' place (levels of one token each)
+        if loaded.streams is not None and loaded.streams.config.mode == "shared":
+            # The adapter's own model verifies: its streams run (unused), the lookup's tokens
+            # take their place as a chain.
+            if drafter is not None:
+                raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
+            shared = loaded.streams.with_config(top_k=1, max_tree_nodes=lookup.max_draft + 1)
             override = draft_override or (lambda h: [[t] for t in lookup_draft(h, lookup)])
             steps = speculative_decode(
                 loaded.model, arch, shared, prompt_ids, budget, override, kv_bits

@@ -18,6 +18,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ..decoding.speculative import top_k_ids
 from ..decoding.tree import Tree, draft_tree, prune, subtree
 from ..errors import SpecstreamError
 from ..models.arch import Arch
@@ -86,8 +87,7 @@ class MedusaHeads(nn.Module):
         """(d,) hidden of the last decided token -> each head's top-k tokens, best first, and
         their probabilities."""
         logits = self(hidden).astype(mx.float32)  # (K, V)
-        k = self.config.top_k
-        top = mx.argsort(-logits, axis=-1)[:, :k]  # (K, k)
+        top = top_k_ids(logits, self.config.top_k)  # (K, k), best first
         probs = mx.take_along_axis(mx.softmax(logits, axis=-1), top, axis=-1)
         return top.tolist(), probs.tolist()
 

@@ -72,10 +72,7 @@ def speculative_decode(
             drafts = top_k_ids(out.stream_logits, cfg.top_k)  # (M, gamma, k)
             mx.eval(argmax, drafts)
         argmax = argmax.tolist()
-        path = accept_greedy(tree, out.survivors, argmax)
-        nodes = [out.survivors[m] for m in path]
-        compact_layers(caches, n_low, offset, nodes, path)
-        tokens = [tree.tokens[n] for n in nodes[1:]] + [argmax[path[-1]]]
+        path, tokens = _accept(tree, out.survivors, argmax, caches, n_low, offset)
         tokens = tokens[: max_tokens - decided]
         decided += len(tokens)
         history.extend(tokens)
@@ -109,14 +106,21 @@ def _verify_drafts(
         offset = caches[0].offset
         out = verify_forward(arch, tree, caches, offset)
         argmax = mx.argmax(out.main_logits, axis=-1).tolist()
-        path = accept_greedy(tree, out.survivors, argmax)
+        path, tokens = _accept(tree, out.survivors, argmax, caches, len(arch.layers), offset)
         hidden = out.main_hidden[path[-1]]
-        compact_layers(caches, len(arch.layers), offset, path, path)
-        tokens = [tree.tokens[n] for n in path[1:]] + [argmax[path[-1]]]
         tokens = tokens[: max_tokens - decided]
         decided += len(tokens)
         history.extend(tokens)
         yield Step(tokens, len(tree), len(tree))
+
+
+def _accept(tree: Tree, survivors: list[int], argmax: list[int], caches, n_low: int, offset: int):
+    """The accepted path (survivor positions, root first) and the tokens it decides (its nodes'
+    tokens and the correction); the caches keep exactly that path."""
+    path = accept_greedy(tree, survivors, argmax)
+    nodes = [survivors[m] for m in path]
+    compact_layers(caches, n_low, offset, nodes, path)
+    return path, [tree.tokens[n] for n in nodes[1:]] + [argmax[path[-1]]]
 
 
 def _prefill(model: nn.Module, tokens: list[int], caches: list) -> None:
