@@ -16,16 +16,17 @@ def add_parser(subparsers) -> None:
     add_model_args(p)
     p.add_argument(
         "--decoder",
-        choices=["ar", "ss", "pld"],
+        choices=["ar", "ss", "pld", "ss+pld"],
         default="ar",
         help="ar: plain decoding; ss: Speculative Streaming (greedy, lossless); pld: prompt "
-        "lookup decoding (drafts copied from the context; greedy, lossless)",
+        "lookup decoding (drafts copied from the context; greedy, lossless); ss+pld: the "
+        "streams' drafts plus the lookup's",
     )
     p.add_argument(
         "--adapter",
         default=None,
-        help="stream adapter (shipped name or folder) for --decoder ss, or a shared-mode one "
-        "for pld",
+        help="stream adapter (shipped name or folder) for --decoder ss or ss+pld, or a "
+        "shared-mode one for pld",
     )
     p.add_argument(
         "--kv-bits",
@@ -34,7 +35,7 @@ def add_parser(subparsers) -> None:
         default=None,
         help="quantize the KV cache to 4 or 8 bits",
     )
-    tree = p.add_argument_group("speculative tree (--decoder ss)")
+    tree = p.add_argument_group("speculative tree (--decoder ss or ss+pld)")
     tree.add_argument(
         "--gamma",
         type=positive_int,
@@ -74,6 +75,12 @@ def add_parser(subparsers) -> None:
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also decode plainly (--decoder ar) and report the speedup and whether the two "
+        "outputs are identical (they must be: the speculative decoders are lossless)",
+    )
     p.set_defaults(run=run)
 
 
@@ -85,9 +92,11 @@ def run(args) -> int:
     if not prompt.strip():
         raise ss.SpecstreamError("the prompt is empty")
     if args.adapter and args.decoder == "ar":
-        raise ss.SpecstreamError("--adapter needs --decoder ss or pld")
+        raise ss.SpecstreamError("--adapter needs --decoder ss, ss+pld or pld")
+    if args.compare and args.decoder == "ar":
+        raise ss.SpecstreamError("--compare compares a speculative decoder with plain decoding")
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
-    if args.decoder == "ss":
+    if args.decoder in ("ss", "ss+pld"):
         loaded.streams = stream_params(loaded, args)
     common = dict(
         max_tokens=args.max_tokens,
@@ -96,25 +105,57 @@ def run(args) -> int:
         chat=False if args.raw else None,
         kv_bits=args.kv_bits,
     )
+    if args.compare:  # one-off costs (allocation, first calls) paid before either is timed
+        for decoder in (args.decoder, "ar"):
+            ss.generate(loaded, prompt, **{**common, "decoder": decoder, "max_tokens": 2})
     if args.json:
         result = ss.generate(loaded, prompt, **common)
-        print(json.dumps(result.to_json(), ensure_ascii=False))
-        return 0
-    stats = None
+        out = result.to_json()
+        if args.compare:
+            plain = ss.generate(loaded, prompt, **{**common, "decoder": "ar"})
+            out["compare"] = compare(result.token_ids, result.stats, plain)
+        print(json.dumps(out, ensure_ascii=False))
+        return 0 if not args.compare or out["compare"]["identical"] else 1
+    tokens, stats = [], None
     for chunk in ss.stream_generate(loaded, prompt, **common):
         sys.stdout.write(chunk.text)
         sys.stdout.flush()
+        tokens += chunk.token_ids
         stats = chunk.stats
     sys.stdout.write("\n")
     sys.stdout.flush()
-    s = stats.to_dict()
+    print(f"[{args.decoder}] {summary(stats)}", file=sys.stderr)
+    if not args.compare:
+        return 0
+    plain = ss.generate(loaded, prompt, **{**common, "decoder": "ar"})
+    print(f"[ar] {summary(plain.stats)}", file=sys.stderr)
+    c = compare(tokens, stats, plain)
     print(
-        f"[{args.decoder}] {s['generated_tokens']} tokens, {s['tokens_per_second']} tokens/s, "
-        f"{s['forward_passes']} forward passes, {s['mean_accepted_tokens']} tokens/pass, "
-        f"prompt {s['prompt_tokens']} tokens in {s['prompt_seconds']} s",
+        f"{args.decoder} decodes {c['speedup']}x as fast as plain decoding; outputs "
+        + ("identical" if c["identical"] else "DIFFER (a bug: please report it)"),
         file=sys.stderr,
     )
-    return 0
+    return 0 if c["identical"] else 1
+
+
+def summary(stats) -> str:
+    s = stats.to_dict()
+    return (
+        f"{s['generated_tokens']} tokens, {s['tokens_per_second']} tokens/s, "
+        f"{s['forward_passes']} forward passes, {s['mean_accepted_tokens']} tokens/pass, "
+        f"prompt {s['prompt_tokens']} tokens in {s['prompt_seconds']} s"
+    )
+
+
+def compare(token_ids: list[int], stats, plain) -> dict:
+    """Decoding speed (prompt excluded) of a generation over plain decoding's (`plain`, a
+    GenerationResult), and whether the two produced the same tokens."""
+    fast, slow = stats.tokens_per_second, plain.stats.tokens_per_second
+    return {
+        "speedup": round(fast / slow, 2) if slow else None,
+        "plain_tokens_per_second": round(slow, 3),
+        "identical": token_ids == plain.token_ids,
+    }
 
 
 def stream_params(loaded, args):

@@ -25,7 +25,7 @@ from .sampling import Sampler, SamplingParams
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-DECODERS = ("ar", "ss", "pld")
+DECODERS = ("ar", "ss", "pld", "ss+pld")
 
 
 @dataclass
@@ -146,7 +146,8 @@ def stream_generate(
 
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
     model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
-    untrained streams, which keep the output exact but accept few tokens); "pld" is prompt
+    untrained streams, which keep the output exact but accept few tokens); "ss+pld" adds the
+    prompt-lookup chain to each stream draft (copied text drafted deeper); "pld" is prompt
     lookup decoding (drafts copied from the context, verified by the model: greedy, exact), or
     verification of the trees another `drafter` proposes (decoding.speculative.Drafter, e.g.
     Medusa heads).
@@ -176,20 +177,23 @@ def stream_generate(
     detokenizer = loaded.tokenizer.detokenizer
     detokenizer.reset()
     start = time.perf_counter()
-    if decoder == "ss":
+    if decoder in ("ss", "ss+pld"):
         if not sampling.greedy:
-            raise SpecstreamError("the ss decoder is greedy for now: use --temp 0 or --decoder ar")
+            raise SpecstreamError(
+                f"the {decoder} decoder is greedy for now: use --temp 0 or --decoder ar"
+            )
         params = streams or default_streams(loaded)
         arch = arch_of(loaded.model, loaded.config["model_type"])
+        lookup = LookupConfig() if decoder == "ss+pld" else None
         steps = speculative_decode(
-            loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits
+            loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits, lookup=lookup
         )
     elif decoder == "pld":
         if not sampling.greedy:
             raise SpecstreamError("the pld decoder is greedy: use --temp 0 or --decoder ar")
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig()
-        if loaded.streams is not None and loaded.streams.config.mode == "shared":
+        if _shared(loaded):
             # The adapter's own model verifies: its streams run (unused), the lookup's tokens
             # take their place as a chain.
             if drafter is not None:
@@ -206,7 +210,7 @@ def stream_generate(
             steps = speculative_decode(
                 loaded.model, arch, None, prompt_ids, budget, kv_bits=kv_bits, drafter=drafter
             )
-    elif loaded.streams is not None and loaded.streams.config.mode == "shared":
+    elif _shared(loaded):
         # A shared-mode adapter changes the model itself: its main stream attends to its own
         # streams, so plain decoding runs them too (one token per pass, no draft).
         if not sampling.greedy:
@@ -280,5 +284,10 @@ def generate(
         stats=stats,
         decoder=decoder,
         model=loaded.name,
-        adapter=loaded.adapter if decoder == "ss" else None,
+        adapter=loaded.adapter if decoder in ("ss", "ss+pld") or _shared(loaded) else None,
     )
+
+
+def _shared(loaded: LoadedModel) -> bool:
+    """A shared-mode adapter is loaded: every decoder runs its model."""
+    return loaded.streams is not None and loaded.streams.config.mode == "shared"

@@ -47,7 +47,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
         suite="mtbench",
         data=str(questions),
         max_tokens=12,
-        methods=("ar", "ss", "pld", "mlx-lm"),
+        methods=("ar", "ss", "pld", "ss+pld", "mlx-lm"),
         adapter=str(tiny_adapter),
         model=str(tiny_folders["llama"]),
     )
@@ -55,10 +55,10 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     json.dumps(report)  # serialisable as is
     assert set(report) == {"suite", "machine", "config", "methods", "unavailable"}
     assert {"platform", "backend", "blas", "mlx", "mlx_lm"} <= set(report["machine"])
-    assert report["config"]["methods"] == ["ar", "ss", "pld", "mlx-lm"]
+    assert report["config"]["methods"] == ["ar", "ss", "pld", "ss+pld", "mlx-lm"]
     assert "draft-model" in report["unavailable"]
     by_name = {m["name"]: m for m in report["methods"]}
-    assert list(by_name) == ["ar", "ss", "pld", "mlx-lm"]
+    assert list(by_name) == ["ar", "ss", "pld", "ss+pld", "mlx-lm"]
     for m in by_name.values():
         assert set(m) == METHOD_KEYS
         assert m["samples"] == 3  # 2 turns + 1 turn
@@ -68,7 +68,9 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert by_name["ar"]["identical_to_ar"] is None
     assert by_name["ar"]["mean_accepted_tokens"] == 1.0
     # lossless methods give exactly ar's tokens
-    assert by_name["ss"]["identical_to_ar"] == 1.0 and by_name["pld"]["identical_to_ar"] == 1.0
+    for name in ("ss", "pld", "ss+pld"):
+        assert by_name[name]["identical_to_ar"] == 1.0
+    assert by_name["ss+pld"]["adapter"] == str(tiny_adapter)
     assert by_name["ss"]["extra_params"] > 0 and by_name["ss"]["adapter"] == str(tiny_adapter)
     assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
     table = markdown(report)

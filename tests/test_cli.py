@@ -2,9 +2,12 @@
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -40,14 +43,26 @@ def test_generate_json_on_default_model():
     assert out["stats"]["mean_accepted_tokens"] == 1.0
 
 
+def quickstart_commands() -> list[list[str]]:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("## Quickstart", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.strip().splitlines()]
+
+
 def test_quickstart_command_decodes_exactly_with_the_chat_adapter():
-    """The README's first command: the shipped chat adapter, lossless, same answer as ar."""
-    args = ("--adapter", "chat", "--decoder", "ss", "--json")
-    proc = specstream("generate", "--prompt", "What is the capital of France?", *args)
+    """The README's first command, as written: the shipped chat adapter, lossless, compared
+    with plain decoding."""
+    first, second = quickstart_commands()
+    assert first[:2] == ["./dev.sh", "specstream"] and second == ["./dev.sh", "pytest", "-q"]
+    assert first[first.index("--adapter") + 1] == "chat"
+    proc = specstream(*first[2:])
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["text"] == "The capital of France is Paris."
-    assert out["decoder"] == "ss" and out["adapter"] == "chat"
+    assert proc.stdout.strip()
+    assert re.search(r"decodes [0-9.]+x as fast as plain decoding; outputs identical", proc.stderr)
+    json_proc = specstream(*first[2:], "--json")
+    out = json.loads(json_proc.stdout)
+    assert out["adapter"] == "chat" and out["compare"]["identical"] is True
+    assert out["text"] == proc.stdout.strip()
 
 
 def test_generate_streams_text_and_stats(tiny_folders):
@@ -125,6 +140,7 @@ def test_prompt_longer_than_context(tiny_folders):
         (["--prompt", "hi", "--top-p", "0"], "--top-p"),
         (["--prompt", "hi", "--top-k", "-3"], "--top-k"),
         (["--prompt", "hi", "--decoder", "nope"], "--decoder"),
+        (["--prompt", "hi", "--compare"], "--compare compares a speculative decoder"),
         (["--prompt", "hi", "--precision", "int3"], "--precision"),
         (["--prompt", "hi", "--no-such-flag"], "unrecognized arguments"),
         ([], "required: --prompt"),
@@ -156,7 +172,7 @@ def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
     clash = specstream(*base, "--decoder", "ss", "--adapter", str(adapter), "--gamma", "3")
     assert_clean_error(clash, "the adapter fixes gamma=3 (adapter has 2)")
     assert_clean_error(
-        specstream(*base, "--adapter", str(adapter)), "--adapter needs --decoder ss or pld"
+        specstream(*base, "--adapter", str(adapter)), "--adapter needs --decoder ss, ss+pld or pld"
     )
     assert_clean_error(
         specstream(*base, "--decoder", "ss", "--adapter", str(tmp_path)), "not an adapter folder"

@@ -8,11 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specstream_mlx as ss
+from specstream_mlx.decoding import speculative
 from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
 from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.arch import arch_of
 
 from .test_shared import shared_streams
+from .test_speculative import streams_for
 from .tiny import FAMILIES
 
 
@@ -83,7 +87,7 @@ def test_verifier_accepts_exactly_the_matching_prefix(tiny_models, family):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_pld_with_a_shared_adapter_equals_its_plain_decoding(tiny_models, family):
+def test_pld_and_ss_pld_with_a_shared_adapter_equal_its_plain_decoding(tiny_models, family):
     loaded = tiny_models[family]
     from specstream_mlx.streams.lora import apply_lora, remove_lora
 
@@ -96,10 +100,12 @@ def test_pld_with_a_shared_adapter_equals_its_plain_decoding(tiny_models, family
         prompt = "a b c a b c a b c a b"
         plain = ss.generate(loaded, prompt, max_tokens=20)
         pld = ss.generate(loaded, prompt, max_tokens=20, decoder="pld")
+        both = ss.generate(loaded, prompt, max_tokens=20, decoder="ss+pld", streams=loaded.streams)
     finally:
         loaded.streams = None
         remove_lora(loaded.model)
     assert pld.token_ids == plain.token_ids
+    assert both.token_ids == plain.token_ids
 
 
 def test_default_model_pld_copies_from_the_prompt(default_model):
@@ -109,3 +115,65 @@ def test_default_model_pld_copies_from_the_prompt(default_model):
     pld = ss.generate(default_model, prompt, max_tokens=40, decoder="pld")
     assert pld.token_ids == plain.token_ids
     assert pld.stats.mean_accepted_tokens > 1.0  # some drafts were accepted
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    words=st.lists(
+        st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1, max_size=10
+    ),
+    top_k=st.integers(1, 3),
+    cap=st.integers(1, 8),
+    length=st.integers(1, 24),
+    seed=st.integers(0, 1000),
+)
+def test_ss_with_lookup_equals_plain_greedy(tiny_models, family, words, top_k, cap, length, seed):
+    loaded = tiny_models[family]
+    params = streams_for(loaded, seed, gamma=2, top_k=top_k, n_msa_layers=2, max_tree_nodes=cap)
+    prompt = " ".join(words * 3)
+    plain = ss.generate(loaded, prompt, max_tokens=length)
+    both = ss.generate(loaded, prompt, max_tokens=length, decoder="ss+pld", streams=params)
+    assert both.token_ids == plain.token_ids
+    assert both.finish_reason == plain.finish_reason
+    assert both.stats.forward_passes <= plain.stats.forward_passes
+
+
+@pytest.mark.parametrize(
+    "prompt_ids, lookup, first_tree",
+    [
+        ([5, 6, 7, 8, 5, 6, 7], LookupConfig(), [7, 8, 5, 6, 7]),  # a match: 4 tokens, past the cap
+        ([5, 6, 7, 8, 5, 6, 7], LookupConfig(max_draft=2), [7, 8, 5]),
+        ([5, 6, 7, 8, 5, 6, 7], None, [7]),  # ss alone: no stream draft before the first pass
+        ([1, 2, 3, 4], LookupConfig(), [4]),  # no match
+    ],
+)
+def test_lookup_match_replaces_the_stream_draft(
+    tiny_models, monkeypatch, prompt_ids, lookup, first_tree
+):
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 0, gamma=2, top_k=1, n_msa_layers=2, max_tree_nodes=2)
+    trees = []
+
+    def recording(arch, params, tree, *args):
+        trees.append(tree.tokens)
+        return tree_forward(arch, params, tree, *args)
+
+    monkeypatch.setattr(speculative, "tree_forward", recording)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    steps = list(
+        speculative.speculative_decode(loaded.model, arch, params, prompt_ids, 6, lookup=lookup)
+    )
+    assert trees[0] == first_tree
+    assert steps[0].tree_nodes_kept == len(first_tree)  # a lookup chain is not cut to 2 nodes
+    # Without a match the draft is the streams' (their 2-node cap), with one the lookup's chain.
+    history = list(prompt_ids)
+    for tree, step in zip(trees, steps, strict=True):
+        copied = lookup_draft(history, lookup) if lookup else []
+        if copied:
+            assert tree == [history[-1], *copied]
+        else:
+            assert len(tree) <= 2
+        history += step.tokens

@@ -4,6 +4,7 @@ returns the tokens and the timings of one generation.
 - ar: our plain decoding (the reference for speedups);
 - ss: Speculative Streaming with a stream adapter;
 - pld: prompt lookup decoding through our tree verifier;
+- ss+pld: the stream adapter's drafts with the prompt-lookup chain added as one more branch;
 - mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac);
 - medusa: Medusa-1 heads (`specstream train --mode medusa`) on the base model, through our tree
   verifier;
@@ -28,7 +29,7 @@ from ..generate import stream_generate
 from ..models.loader import LoadedModel
 from ..sampling import SamplingParams
 
-METHODS = ("ar", "ss", "pld", "mlx-lm", "medusa", "lora")
+METHODS = ("ar", "ss", "pld", "ss+pld", "mlx-lm", "medusa", "lora")
 # Reported, never run: a two-model draft baseline needs a smaller model with the same tokenizer.
 UNAVAILABLE = {
     "draft-model": "SmolLM2-135M is the smallest SmolLM2: no same-tokenizer draft model exists"
@@ -81,7 +82,7 @@ def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
         max_tokens=max_tokens,
         sampling=sampling,
         decoder=decoder,
-        streams=method.loaded.streams if decoder == "ss" else None,
+        streams=method.loaded.streams if decoder in ("ss", "ss+pld") else None,
         drafter=method.drafter,
     ):
         tokens += chunk.token_ids
@@ -158,7 +159,7 @@ def make_methods(
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     methods = []
     for name in names:
-        if name == "ss":
+        if name in ("ss", "ss+pld"):
             methods.append(Method(name, loaded, loaded.adapter, stream_parameter_count(loaded)))
         elif name == "mlx-lm":
             methods.append(Method(name, base))

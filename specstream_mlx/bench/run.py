@@ -48,12 +48,14 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) 
     questions = read_suite(config.suite, config.data, config.limit)
     if config.max_tokens < 1:
         raise SpecstreamError(f"max_tokens must be >= 1, got {config.max_tokens}")
-    greedy_only = [m for m in config.methods if m in ("ss", "pld")]
+    greedy_only = [m for m in config.methods if m in ("ss", "pld", "ss+pld")]
     if config.temp > 0 and greedy_only:
         raise SpecstreamError(
             f"{', '.join(greedy_only)} decode greedily for now: use --temp 0, or methods ar,mlx-lm"
         )
-    adapter = config.adapter or (SUITES[config.suite][1] if "ss" in config.methods else None)
+    adapter = config.adapter or (
+        SUITES[config.suite][1] if {"ss", "ss+pld"} & set(config.methods) else None
+    )
     loaded = ss.load(config.model, adapter=adapter, precision=config.precision)
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     base = ss.load(config.model, precision=config.precision) if shared else loaded

@@ -11,6 +11,7 @@ import mlx.nn as nn
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .kv import compact
+from .lookup import LookupConfig, lookup_draft
 from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
 from .tree import Tree, accept_greedy, draft_tree
@@ -33,12 +34,15 @@ def speculative_decode(
     kv_bits: int | None = None,
     draft: bool = True,
     drafter: Drafter | None = None,
+    lookup: LookupConfig | None = None,
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass accepts until `max_tokens` are decided.
 
     draft=False never drafts (one token per pass, streams still computed): plain decoding of a
     shared-mode model, whose main stream attends to its own streams. params=None runs no streams:
-    the model verifies the trees `drafter` proposes (prompt lookup, Medusa heads)."""
+    the model verifies the trees `drafter` proposes (prompt lookup, Medusa heads). `lookup` drafts
+    with prompt lookup (decoding.lookup) whenever the context has a match, and with the streams
+    otherwise: copied text is drafted many tokens deep, the streams draft the rest."""
     if params is None:
         if drafter is None:
             raise ValueError("without streams the drafts must come from a drafter")
@@ -60,10 +64,14 @@ def speculative_decode(
         if cfg.prune_threshold == 0 and all(len(c) == 1 for c in stream_tokens):
             # pruning a chain to N nodes keeps its first N - 1 levels: draft only those
             stream_tokens = stream_tokens[: cfg.max_tree_nodes - 1]
-        tree = draft_tree(root, stream_tokens)
+        copied = lookup_draft(history, lookup) if lookup is not None and draft else []
+        # A lookup match replaces the streams' draft: a chain runs the cheap causal path, and
+        # on a CPU a wider tree costs more than the streams' branch gains (docs/BENCHMARKS.md).
+        tree = draft_tree(root, [[t] for t in copied] if copied else stream_tokens)
         offset = caches[0].offset
         own_drafts = draft and depth > 0 and draft_override is None
-        out = tree_forward(arch, params, tree, caches, offset, n_streams, own_drafts)
+        extra = len(copied)  # the node cap is the streams': the lookup chain is not cut
+        out = tree_forward(arch, params, tree, caches, offset, n_streams, own_drafts, extra)
         argmax = mx.argmax(out.main_logits, axis=-1)
         # Every survivor's stream proposals in the same evaluation as the verification, when the
         # head pass produced them: one wait per pass instead of two.

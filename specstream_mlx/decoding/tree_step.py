@@ -125,17 +125,20 @@ def tree_forward(
     prefix: int,
     n_streams: int | None = None,
     stream_logits: bool = True,
+    extra_nodes: int = 0,
 ) -> TreeOutput:
     """Verify `tree` and run the first `n_streams` (default gamma) streams of its survivors.
     stream_logits=False skips the head on the stream rows: nothing will be drafted from them
-    (a shared-mode model's plain decoding, or drafts from elsewhere)."""
+    (a shared-mode model's plain decoding, or drafts from elsewhere). `extra_nodes` raises the
+    pruning cap for nodes drafted by other means (prompt lookup)."""
     cfg = params.config
+    cap = cfg.max_tree_nodes + extra_nodes
     n_low = len(arch.layers) - cfg.n_msa_layers
     h = _lower_layers(arch, n_low, tree, caches, prefix)
 
     survivors = list(range(len(tree)))
     # The early-exit head is only needed when something can be cut.
-    if len(tree) > 1 and (len(tree) > cfg.max_tree_nodes or cfg.prune_threshold > 0):
+    if len(tree) > 1 and (len(tree) > cap or cfg.prune_threshold > 0):
         # Early-exit transition probabilities parent -> child from the pruning head.
         parents = sorted({p for p in tree.parents[1:]})
         z = arch.lm_head(arch.norm(h[0, parents] + params.prune(h[0, parents])))  # (P, V)
@@ -144,7 +147,7 @@ def tree_forward(
         rows = mx.array([row[p] for p in tree.parents[1:]])
         cols = mx.array(tree.tokens[1:])
         transition = np.concatenate([[1.0], np.array(probs[rows, cols])])
-        survivors = prune(tree, transition, cfg.prune_threshold, cfg.max_tree_nodes)
+        survivors = prune(tree, transition, cfg.prune_threshold, cap)
 
     m, gamma = len(survivors), cfg.gamma if n_streams is None else n_streams
     kept = mx.array(survivors)
