@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -20,6 +21,7 @@ from .lora import (
     PREFIX,
     apply_lora,
     expected_lora_shapes,
+    has_lora,
     load_lora_weights,
     lora_settings,
     lora_weights,
@@ -136,6 +138,16 @@ def shipped_adapters() -> list[str]:
     return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / CONFIG).is_file())
 
 
+def made_for(name: str | os.PathLike, loaded) -> bool:
+    """Whether the adapter's config names `loaded`'s base (fingerprint), without reading its
+    tensors."""
+    try:
+        config = json.loads((resolve_adapter(name) / CONFIG).read_text())
+        return config["base_model"]["fingerprint"] == base_fingerprint(loaded)
+    except (OSError, ValueError, KeyError, TypeError, SpecstreamError):
+        return False
+
+
 def resolve_adapter(name: str | os.PathLike) -> Path:
     """A folder path, or the name of a shipped adapter (e.g. "chat")."""
     path = Path(name).expanduser()
@@ -150,11 +162,30 @@ def resolve_adapter(name: str | os.PathLike) -> Path:
     )
 
 
-def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
-    """Read an adapter folder (or shipped adapter name) for `loaded`; one SpecstreamError lists
-    every mismatch. A shared-mode adapter puts its LoRA layers on `loaded.model` (unfused; any
-    LoRA layers already there are replaced); a lossless one takes them off. An mlx-lm LoRA
-    folder (the next-token baseline) puts its LoRA layers on and returns None: no streams."""
+@dataclass
+class Adapter:
+    """An adapter folder read and checked against one base model, not yet on it: its streams
+    (None for an mlx-lm LoRA folder) and, for shared mode and LoRA folders, its LoRA tensors."""
+
+    source: str  # the folder or shipped name it was read from
+    streams: StreamParams | None
+    lora: dict[str, mx.array] = field(default_factory=dict)  # PREFIX + parameter path
+    lora_rank: int = 0
+    lora_scale: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of its tensors."""
+        own = (
+            [] if self.streams is None else [v for _, v in tree_flatten(self.streams.parameters())]
+        )
+        return sum(v.nbytes for v in own + list(self.lora.values()))
+
+
+def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
+    """Read an adapter folder (or shipped adapter name) for `loaded` without changing the model;
+    one SpecstreamError lists every mismatch."""
+    source = str(folder)
     folder = resolve_adapter(folder)
     if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
@@ -164,7 +195,7 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
     if isinstance(config, dict) and "stream_config" not in config:
         if config.get("fine_tune_type") == "lora":
-            return _load_lora_adapter(folder, config, loaded)
+            return _read_lora_adapter(source, folder, config, loaded)
     try:
         stream_config = StreamConfig.from_dict(config["stream_config"])
         stream_config.validate()  # types and ranges; the layer count after the fingerprint
@@ -182,17 +213,44 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
         lora_names = set(lora)
         expected.update(lora)
     problems = _misfits(expected, weights)
-    if problems:  # nothing on the model has changed
+    if problems:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     weights = {k: v.astype(mx.float32) for k, v in weights.items()}
     params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
-    if shared:
-        apply_lora(loaded.model, stream_config.lora_rank, stream_config.lora_scale)
-        load_lora_weights(loaded.model, {k: weights[k] for k in lora_names})
+    lora = {k: weights[k] for k in lora_names}
+    mx.eval(params.parameters(), lora)
+    if not shared:
+        return Adapter(source, params)
+    return Adapter(source, params, lora, stream_config.lora_rank, stream_config.lora_scale)
+
+
+def attach(adapter: Adapter | None, loaded) -> None:
+    """Make `adapter` the one `loaded` decodes with (None: the base model alone). LoRA layers stay
+    unfused, so the base weights never change; when the rank and scale already match, swapping
+    only points the LoRA layers at the other adapter's tensors."""
+    model = loaded.model
+    if adapter is None or not adapter.lora:
+        if has_lora(model):
+            remove_lora(model)
     else:
-        remove_lora(loaded.model)
-    mx.eval(params.parameters(), loaded.model.parameters())
-    return params
+        if lora_settings(model) != {(adapter.lora_rank, adapter.lora_scale)}:
+            apply_lora(model, adapter.lora_rank, adapter.lora_scale)
+        load_lora_weights(model, adapter.lora)
+    loaded.streams = None if adapter is None else adapter.streams
+    loaded.adapter = None if adapter is None else adapter.source
+
+
+def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
+    """Read an adapter folder (or shipped adapter name) for `loaded` and put it on the model: a
+    shared-mode adapter puts its LoRA layers on `loaded.model` (unfused; any LoRA layers already
+    there are replaced); a lossless one takes them off. An mlx-lm LoRA folder (the next-token
+    baseline) puts its LoRA layers on and returns None: no streams. Nothing changes when the
+    folder does not fit."""
+    adapter = read_adapter(folder, loaded)
+    streams, source = loaded.streams, loaded.adapter
+    attach(adapter, loaded)
+    loaded.streams, loaded.adapter = streams, source  # the caller decides what is active
+    return adapter.streams
 
 
 def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> None:
@@ -223,9 +281,9 @@ def _read_weights(folder: Path) -> dict[str, mx.array]:
         ) from None
 
 
-def _load_lora_adapter(folder: Path, config: dict, loaded) -> None:
+def _read_lora_adapter(source: str, folder: Path, config: dict, loaded) -> Adapter:
     """An mlx-lm LoRA folder (LoRA on every linear of the last `num_layers` blocks; ours cover
-    all blocks): checked whole before the model is touched, then put on the model."""
+    all blocks), checked whole."""
     lora = config.get("lora_parameters")
     lora = lora if isinstance(lora, dict) else {}
     rank, scale = lora.get("rank"), lora.get("scale")
@@ -243,11 +301,11 @@ def _load_lora_adapter(folder: Path, config: dict, loaded) -> None:
         k[len(PREFIX) :]: shape for k, shape in expected_lora_shapes(loaded.model, rank).items()
     }
     problems = _misfits(expected, weights)
-    if problems:  # nothing on the model has changed
+    if problems:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
-    apply_lora(loaded.model, rank, float(scale))
-    load_lora_weights(loaded.model, {PREFIX + k: v.astype(mx.float32) for k, v in weights.items()})
-    mx.eval(loaded.model.parameters())
+    tensors = {PREFIX + k: v.astype(mx.float32) for k, v in weights.items()}
+    mx.eval(tensors)
+    return Adapter(source, None, tensors, rank, float(scale))
 
 
 def _misfits(expected: dict[str, tuple], weights: dict[str, mx.array]) -> list[str]:

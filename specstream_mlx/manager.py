@@ -1,0 +1,121 @@
+"""One resident base model, many adapters: each request decodes with the adapter it names.
+
+Adapters are read and checked against the base once, kept in memory (least recently used ones
+dropped beyond `max_resident`, re-read on their next use), and put on the model per request
+without touching its weights: streams are swapped, shared-mode LoRA stays unfused and only its
+tensors are swapped. One lock serialises requests on the model, so threads (a server's requests)
+can share a manager safely: a request holds the model for the whole of its generation.
+
+    manager = AdapterManager(ss.load())          # the shipped adapters registered by name
+    with manager.use("sql") as loaded:
+        ss.generate(loaded, prompt, decoder="ss")
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .errors import SpecstreamError
+from .models.loader import LoadedModel
+from .streams.adapter_io import Adapter, attach, made_for, read_adapter, shipped_adapters
+
+
+@dataclass
+class SwapTimes:
+    """Seconds spent putting adapters on the model: reads from disk and swaps of resident ones."""
+
+    loads: list[float]
+    swaps: list[float]
+
+
+class AdapterManager:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        adapters: dict[str, str] | None = None,
+        max_resident: int = 8,
+    ):
+        """`adapters`: name -> folder or shipped name, checked now (default: the shipped
+        adapters made for `loaded`'s base, i.e. all of them for the default model)."""
+        if max_resident < 1:
+            raise SpecstreamError(f"max_resident must be >= 1, got {max_resident}")
+        self.loaded = loaded
+        self.max_resident = max_resident
+        self.times = SwapTimes([], [])
+        self._sources: dict[str, str] = {}
+        self._resident: OrderedDict[str, Adapter] = OrderedDict()
+        self._active: str | None = None
+        self._lock = threading.RLock()
+        # The model as loaded: no adapter on it (whatever `loaded` carried is registered).
+        if loaded.adapter is not None:
+            self.register(loaded.adapter, loaded.adapter)
+        attach(None, loaded)
+        if adapters is None:
+            adapters = {n: n for n in shipped_adapters() if made_for(n, loaded)}
+        for name, source in adapters.items():
+            self.register(name, source)
+
+    def register(self, name: str, source: str | None = None) -> None:
+        """Make adapter `source` (a folder or shipped name; default: `name`) usable as `name`.
+        It is read and checked against the base now: a misfit raises SpecstreamError."""
+        if not name or not name.strip():
+            raise SpecstreamError("an adapter needs a name")
+        with self._lock:
+            adapter = read_adapter(source or name, self.loaded)
+            self._sources[name] = source or name
+            self._keep(name, adapter)
+
+    def names(self) -> list[str]:
+        """Registered adapter names, in registration order."""
+        return list(self._sources)
+
+    def resident(self) -> dict[str, int]:
+        """Adapters in memory now, least recently used first: name -> bytes."""
+        with self._lock:
+            return {name: a.nbytes for name, a in self._resident.items()}
+
+    @contextmanager
+    def use(self, name: str | None) -> Iterator[LoadedModel]:
+        """Hold the model with adapter `name` on it (None: the base alone) until the block
+        ends; other threads wait their turn."""
+        if name is not None and name not in self._sources:
+            known = ", ".join(self._sources) or "none"
+            raise SpecstreamError(f"unknown adapter {name!r}; registered: {known}")
+        with self._lock:
+            self.activate(name)
+            yield self.loaded
+
+    def activate(self, name: str | None) -> None:
+        """Put adapter `name` on the model (None: take any off). Callers outside `use` must
+        hold no expectations once another thread runs: `use` is the safe form."""
+        with self._lock:
+            if name == self._active:
+                return
+            start = time.perf_counter()
+            adapter = None
+            if name is not None:
+                adapter = self._resident.get(name)
+                if adapter is None:
+                    adapter = read_adapter(self._sources[name], self.loaded)
+                    self._keep(name, adapter)
+                    spent = self.times.loads
+                else:
+                    self._resident.move_to_end(name)
+                    spent = self.times.swaps
+            attach(adapter, self.loaded)
+            if adapter is not None:
+                spent.append(time.perf_counter() - start)
+            self._active = name
+
+    def _keep(self, name: str, adapter: Adapter) -> None:
+        self._resident[name] = adapter
+        self._resident.move_to_end(name)
+        # Least recently used first; the adapter on the model and the one just read stay.
+        spare = [n for n in self._resident if n not in (self._active, name)]
+        for evicted in spare[: max(len(self._resident) - self.max_resident, 0)]:
+            del self._resident[evicted]
