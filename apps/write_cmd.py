@@ -1,0 +1,208 @@
+"""`specstream write TOOL`: the writing tools (summarize, data2text, sql), each with its own
+shipped adapter on the shared base model and the prompt template it was trained with."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .args import add_model_args, positive_int
+
+HELP = "run a writing tool (summarize, data2text, sql) with its adapter"
+INPUT_NAMES = {
+    "summarize": "the dialogue",
+    "data2text": "the meaning representation",
+    "sql": "the question",
+}
+MAIN_FIELD = {"summarize": "dialogue", "data2text": "mr", "sql": "question"}
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "write",
+        help=HELP,
+        description=HELP + ". Input: TEXT, --file, stdin, or --input rows (jsonl) for a batch.",
+    )
+    p.add_argument("tool", choices=sorted(MAIN_FIELD), help="the writing tool")
+    p.add_argument(
+        "text",
+        nargs="?",
+        default=None,
+        help="summarize: the dialogue; data2text: the meaning representation "
+        "(name[...], food[...]); sql: the question. Default: --file, else stdin",
+    )
+    p.add_argument("--file", default=None, help="read TEXT from this file")
+    p.add_argument(
+        "--context",
+        default=None,
+        help="sql: the table(s) the question is about (CREATE TABLE ...); '@FILE' reads a file",
+    )
+    p.add_argument(
+        "--input",
+        default=None,
+        help="batch: a jsonl file of rows with the tool's fields (summarize: dialogue; "
+        "data2text: mr; sql: question, context); one JSON result per row on stdout",
+    )
+    p.add_argument(
+        "--output",
+        default=None,
+        help="with --input: append the results to this jsonl file instead; rows already there "
+        "are skipped, so an interrupted batch resumes",
+    )
+    add_model_args(p)
+    p.add_argument(
+        "--adapter", default=None, help="adapter folder or shipped name (default: the tool's)"
+    )
+    p.add_argument(
+        "--decoder",
+        choices=["ar", "ss", "pld", "ss+pld"],
+        default="ss+pld",
+        help="default ss+pld: the adapter's streams plus prompt lookup (greedy, lossless)",
+    )
+    p.add_argument("--max-tokens", type=positive_int, default=256, help="default: 256")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import specstream_mlx as ss
+    from specstream_mlx.tasks import get_task
+
+    task = get_task(args.tool)
+    if args.output and not args.input:
+        raise ss.SpecstreamError("--output is for batches: give --input ROWS.jsonl too")
+    if args.input and (args.text is not None or args.file):
+        raise ss.SpecstreamError("give either --input rows or one TEXT / --file, not both")
+    if args.input:
+        rows = read_batch(args.input, task)
+        prompts = None  # checked row by row below, with their line numbers
+    else:
+        fields = {MAIN_FIELD[args.tool]: read_text(args)}
+        if args.tool == "sql":
+            fields["context"] = read_context(args.context)
+        prompts = [task.prompt(**fields)]
+    loaded = ss.load(args.model, adapter=args.adapter or args.tool, precision=args.precision)
+    common = dict(max_tokens=args.max_tokens, decoder=args.decoder)
+    if prompts is not None:
+        return write_one(ss, loaded, prompts[0], common, args)
+    return write_batch(ss, loaded, rows, common, args.output)
+
+
+def read_text(args) -> str:
+    from specstream_mlx import SpecstreamError
+
+    what = INPUT_NAMES[args.tool]
+    if args.text is not None and args.file:
+        raise SpecstreamError("give TEXT or --file, not both")
+    if args.file:
+        try:
+            text = Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecstreamError(f"cannot read {args.file}: {exc}") from None
+    elif args.text is not None and args.text != "-":
+        text = args.text
+    elif args.text == "-" or not sys.stdin.isatty():
+        text = sys.stdin.read()
+    else:
+        raise SpecstreamError(f"no input: give {what} as TEXT, --file, or on stdin")
+    if not text.strip():
+        raise SpecstreamError(f"the input is empty: give {what}")
+    return text
+
+
+def read_context(context: str | None) -> str:
+    from specstream_mlx import SpecstreamError
+
+    if not context or not context.strip():
+        raise SpecstreamError("sql needs --context: the table(s), e.g. 'CREATE TABLE t (a INT)'")
+    if context.startswith("@"):
+        try:
+            return Path(context[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecstreamError(f"cannot read {context[1:]}: {exc}") from None
+    return context
+
+
+def read_batch(path: str, task) -> list[str]:
+    """The prompt of every row; every malformed row reported at once, with its line number."""
+    from specstream_mlx.jsonl import BadRow, read_rows
+
+    def prompt(row) -> str:
+        if not isinstance(row, dict):
+            raise BadRow(f"expected an object with {', '.join(task.fields)}")
+        return task.prompt(**{f: row.get(f, "") for f in task.fields})
+
+    prompts = read_rows(path, prompt, what=f"{task.name} rows")
+    if not prompts:
+        from specstream_mlx import SpecstreamError
+
+        raise SpecstreamError(f"no rows in {path}")
+    return prompts
+
+
+def write_one(ss, loaded, prompt: str, common: dict, args) -> int:
+    if args.json:
+        result = ss.generate(loaded, prompt, **common)
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+        return 0
+    stats = None
+    for chunk in ss.stream_generate(loaded, prompt, **common):
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+        stats = chunk.stats
+    sys.stdout.write("\n")
+    s = stats.to_dict()
+    print(
+        f"[{common['decoder']}, {loaded.adapter}] {s['generated_tokens']} tokens, "
+        f"{s['tokens_per_second']} tokens/s, {s['mean_accepted_tokens']} tokens/pass",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def write_batch(ss, loaded, prompts: list[str], common: dict, output: str | None) -> int:
+    """One JSON line per row ({"row", "text", "stats"}), to stdout or appended to `output`."""
+    done = 0
+    if output:
+        done = _complete_lines(Path(output))
+    out = open(output, "a", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        for row, prompt in enumerate(prompts[done:], start=done + 1):
+            result = ss.generate(loaded, prompt, **common)
+            line = {"row": row, "text": result.text, "stats": result.stats.to_dict()}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            out.flush()
+            if output:
+                os.fsync(out.fileno())
+                print(f"row {row}/{len(prompts)}", file=sys.stderr)
+    finally:
+        if output:
+            out.close()
+    if done:
+        print(f"resumed: rows 1-{done} were already in {output}", file=sys.stderr)
+    return 0
+
+
+def _complete_lines(path: Path) -> int:
+    """Rows already written to `path`; a last line cut short by an interruption is removed
+    (the file is rewritten atomically without it)."""
+    if not path.exists():
+        return 0
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    complete = lines[:-1]  # everything before the last newline
+    good = []
+    for line in complete:
+        try:
+            json.loads(line)
+        except ValueError:
+            break
+        good.append(line)
+    keep = "".join(line + "\n" for line in good)
+    if keep != text:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(keep, encoding="utf-8")
+        os.replace(tmp, path)
+    return len(good)
