@@ -5,10 +5,18 @@ from __future__ import annotations
 import os
 import sys
 
-from . import bench_cmd, distill_cmd, export_cmd, generate_cmd, train_cmd, write_cmd
+from . import (
+    bench_cmd,
+    chat_cmd,
+    distill_cmd,
+    export_cmd,
+    generate_cmd,
+    train_cmd,
+    write_cmd,
+)
 from .args import Parser
 
-SUBCOMMANDS = (generate_cmd, write_cmd, export_cmd, distill_cmd, train_cmd, bench_cmd)
+SUBCOMMANDS = (generate_cmd, chat_cmd, write_cmd, export_cmd, distill_cmd, train_cmd, bench_cmd)
 
 
 def build_parser() -> Parser:

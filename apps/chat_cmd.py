@@ -1,0 +1,179 @@
+"""`specstream chat`: a conversation in the terminal, answers streamed as they are decided, the
+adapter switchable mid-session (one base model stays loaded)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from .args import add_model_args, positive_int
+
+HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
+COMMANDS = """commands:
+  /adapter          list the adapters; /adapter NAME switches (none: the base model alone)
+  /stats            this session's totals
+  /reset            forget the conversation
+  /quit             leave (Ctrl-D too); Ctrl-C stops an answer"""
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("chat", help=HELP, description=HELP)
+    add_model_args(p)
+    p.add_argument(
+        "--adapter",
+        default=None,
+        help="adapter to start with: shipped name or folder (default: chat when the model is "
+        "the default one)",
+    )
+    p.add_argument(
+        "--decoder",
+        choices=["ar", "ss", "ss+pld", "pld"],
+        default="ss+pld",
+        help="default ss+pld (greedy, lossless); without an adapter the base model decodes plainly",
+    )
+    p.add_argument("--max-tokens", type=positive_int, default=512, help="per answer (512)")
+    p.add_argument("--system", default=None, help="a system message that opens the conversation")
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Session:
+    adapter: str | None
+    decoder: str
+    system: str | None
+    messages: list[dict] = field(default_factory=list)
+    answers: int = 0
+    tokens: int = 0
+    passes: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+
+def run(args) -> int:
+    import specstream_mlx as ss
+    from specstream_mlx.manager import AdapterManager
+
+    loaded = ss.load(args.model, precision=args.precision)
+    manager = AdapterManager(loaded)
+    adapter = args.adapter
+    if adapter is not None and adapter not in manager.names():
+        manager.register(adapter, adapter)  # a folder: checked against the base now
+    if adapter is None and "chat" in manager.names():
+        adapter = "chat"
+    session = Session(adapter, args.decoder, args.system)
+    session.reset()
+    tty = sys.stdin.isatty()
+    print(
+        f"specstream chat: {loaded.name}, adapter {adapter or 'none'}, decoder "
+        f"{decoder_for(session)}. /help for commands, Ctrl-D to leave.",
+        file=sys.stderr,
+    )
+    while True:
+        try:
+            line = input("> " if tty else "")
+        except EOFError:
+            if tty:
+                print(file=sys.stderr)
+            return 0
+        except KeyboardInterrupt:  # at the prompt: a fresh line, the session goes on
+            print(file=sys.stderr)
+            continue
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            if command(line, session, manager) == "quit":
+                return 0
+            continue
+        answer(line, session, manager, args.max_tokens)
+
+
+def decoder_for(session: Session) -> str:
+    return session.decoder if session.adapter is not None else "ar"
+
+
+def command(line: str, session: Session, manager) -> str | None:
+    from specstream_mlx import SpecstreamError
+
+    name, _, arg = line[1:].partition(" ")
+    arg = arg.strip()
+    if name in ("quit", "exit"):
+        return "quit"
+    if name == "reset":
+        session.reset()
+        print("(conversation forgotten)", file=sys.stderr)
+    elif name == "stats":
+        tau = session.accepted / session.passes if session.passes else 0.0
+        speed = session.tokens / session.seconds if session.seconds else 0.0
+        print(
+            f"adapter {session.adapter or 'none'}, decoder {decoder_for(session)}; "
+            f"{session.answers} answers, {session.tokens} tokens, {tau:.2f} tokens/pass, "
+            f"{speed:.1f} tokens/s; {len(session.messages)} messages in the conversation",
+            file=sys.stderr,
+        )
+    elif name == "adapter":
+        if not arg:
+            names = ", ".join(manager.names()) or "none registered"
+            print(f"adapter {session.adapter or 'none'}; available: {names}", file=sys.stderr)
+            return None
+        target = None if arg == "none" else arg
+        try:
+            if target is not None and target not in manager.names():
+                manager.register(target, target)  # a folder or another shipped name
+        except SpecstreamError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return None
+        session.adapter = target
+        print(f"(adapter {arg})", file=sys.stderr)
+    elif name == "help":
+        print(COMMANDS, file=sys.stderr)
+    else:
+        print(f"unknown command /{name}\n{COMMANDS}", file=sys.stderr)
+    return None
+
+
+def answer(text: str, session: Session, manager, max_tokens: int) -> None:
+    import specstream_mlx as ss
+
+    messages = [*session.messages, {"role": "user", "content": text}]
+    pieces, stats, stopped = [], None, False
+    try:
+        with manager.use(session.adapter) as loaded:
+            chunks = ss.stream_generate(
+                loaded, messages, max_tokens=max_tokens, decoder=decoder_for(session)
+            )
+            try:
+                for chunk in chunks:
+                    sys.stdout.write(chunk.text)
+                    sys.stdout.flush()
+                    pieces.append(chunk.text)
+                    stats = chunk.stats
+            except KeyboardInterrupt:
+                stopped = True
+            finally:
+                chunks.close()
+    except ss.SpecstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    # The answer so far stays in the conversation, even when stopped.
+    session.messages = [*messages, {"role": "assistant", "content": "".join(pieces)}]
+    if stats is None:
+        print("(stopped)" if stopped else "(no answer)", file=sys.stderr)
+        return
+    session.answers += 1
+    session.tokens += stats.generated_tokens
+    session.passes += stats.forward_passes
+    session.accepted += stats.accepted_tokens
+    session.seconds += stats.wall_seconds
+    s = stats.to_dict()
+    print(
+        ("(stopped) " if stopped else "")
+        + f"[{s['generated_tokens']} tokens, {s['mean_accepted_tokens']} tokens/pass, "
+        f"{s['tokens_per_second']} tokens/s]",
+        file=sys.stderr,
+    )
