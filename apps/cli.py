@@ -11,12 +11,22 @@ from . import (
     distill_cmd,
     export_cmd,
     generate_cmd,
+    serve_cmd,
     train_cmd,
     write_cmd,
 )
 from .args import Parser
 
-SUBCOMMANDS = (generate_cmd, chat_cmd, write_cmd, export_cmd, distill_cmd, train_cmd, bench_cmd)
+SUBCOMMANDS = (
+    generate_cmd,
+    chat_cmd,
+    write_cmd,
+    serve_cmd,
+    export_cmd,
+    distill_cmd,
+    train_cmd,
+    bench_cmd,
+)
 
 
 def build_parser() -> Parser:

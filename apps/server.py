@@ -1,0 +1,389 @@
+"""The OpenAI-compatible local server behind `specstream serve` (FastAPI + uvicorn).
+
+One base model stays loaded; each request may name an adapter (`"adapter"` in the body, or an
+adapter's name as `"model"`) and the AdapterManager puts it on for that request only. Requests
+queue for one worker thread that owns the model, so generations never interleave; a client that
+disconnects (or a stream that is dropped) cancels its generation at the next decided token and
+frees the worker. Errors are OpenAI-shaped: {"error": {"message", "type", "param", "code"}}.
+
+Besides OpenAI's fields a response carries "speculative": the decoder, forward passes, tokens per
+pass (tau) and decoding speed. Greedy (temperature 0) is the default: the speculative decoders
+are greedy and lossless; temperature > 0 decodes plainly with sampling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import specstream_mlx as ss
+from specstream_mlx.manager import AdapterManager
+
+DECODERS = ("ar", "ss", "pld", "ss+pld")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1_000_000
+    max_tokens: int = 2048  # per request
+    max_queue: int = 256  # requests waiting or running; more get 503
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # OpenAI fields we do not use are accepted
+    model: str | None = None
+    adapter: str | None = None
+    decoder: Literal["ar", "ss", "pld", "ss+pld"] | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    stream: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+
+
+class ChatRequest(_Common):
+    messages: list[Message] = Field(min_length=1)
+
+
+class CompletionRequest(_Common):
+    prompt: str = Field(min_length=1)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.message, self.kind, self.param)
+
+
+def error_response(status: int, message: str, kind: str, param: str | None = None):
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JSONResponse(body, status_code=status)
+
+
+@dataclass
+class Job:
+    """One generation for the worker; chunks come back through `out` (None ends it)."""
+
+    adapter: str | None
+    prompt: str | list[dict]
+    chat: bool
+    max_tokens: int
+    sampling: ss.SamplingParams
+    decoder: str
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def send(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+class Worker:
+    """The one thread that runs generations, in arrival order."""
+
+    def __init__(self, manager: AdapterManager, limits: Limits):
+        self.manager, self.limits = manager, limits
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.pending = 0  # queued or running
+        self.running = False
+        self.cancelled = 0  # generations stopped early because their client left
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="specstream-worker", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            if self.pending >= self.limits.max_queue:
+                raise ApiError(503, "the server is busy: too many queued requests", "server_busy")
+            self.pending += 1
+        self.jobs.put(job)
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            self.running = True
+            try:
+                if job.cancelled.is_set():
+                    self.cancelled += 1
+                else:
+                    self._generate(job)
+            except ss.SpecstreamError as exc:
+                job.send(ApiError(422, str(exc), "invalid_request_error"))
+            except Exception as exc:  # a bug: the request fails, the server goes on
+                job.send(ApiError(500, f"internal error: {exc}", "server_error"))
+            finally:
+                job.send(None)
+                self.running = False
+                with self._lock:
+                    self.pending -= 1
+
+    def _generate(self, job: Job) -> None:
+        with self.manager.use(job.adapter) as loaded:
+            chunks = ss.stream_generate(
+                loaded,
+                job.prompt,
+                max_tokens=job.max_tokens,
+                sampling=job.sampling,
+                decoder=job.decoder,
+                chat=job.chat,
+            )
+            try:
+                for chunk in chunks:
+                    job.send(chunk)
+                    if job.cancelled.is_set() and chunk.finish_reason is None:
+                        self.cancelled += 1
+                        break
+            finally:
+                chunks.close()
+
+
+def create_app(
+    manager: AdapterManager, api_key: str | None = None, limits: Limits | None = None
+) -> FastAPI:
+    limits = limits or Limits()
+    worker = Worker(manager, limits)
+    app = FastAPI(title="specstream", docs_url=None, redoc_url=None)
+    app.state.worker = worker
+    base = manager.loaded.name
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, exc):
+        return error_response(404, f"no route {request.url.path}", "not_found_error")
+
+    @app.exception_handler(405)
+    async def bad_method(request: Request, exc):
+        return error_response(405, f"{request.method} not allowed here", "invalid_request_error")
+
+    def check_key(request: Request) -> None:
+        """With --api-key every /v1 route wants `Authorization: Bearer KEY` (OpenAI clients send
+        their api_key so). Checked in each route: a middleware would wrap the streams."""
+        if api_key is not None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                raise ApiError(401, "invalid or missing API key", "authentication_error")
+
+    @app.get("/health")
+    async def health():
+        return {
+            "status": "ok",
+            "pending": worker.pending,
+            "running": worker.running,
+            "cancelled": worker.cancelled,
+        }
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        try:
+            check_key(request)
+        except ApiError as exc:
+            return exc.response()
+        now = int(time.time())
+        data = [{"id": base, "object": "model", "created": now, "owned_by": "specstream"}]
+        for name in manager.names():
+            data.append(
+                {"id": name, "object": "model", "created": now, "owned_by": "specstream",
+                 "parent": base, "adapter": name}
+            )  # fmt: skip
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            check_key(request)
+            body = await read_body(request, ChatRequest, limits)
+            messages = [m.model_dump() for m in body.messages]
+            job = make_job(body, messages, True, manager, base, limits)
+        except ApiError as exc:
+            return exc.response()
+        return await respond(request, job, body, "chat", worker)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        try:
+            check_key(request)
+            body = await read_body(request, CompletionRequest, limits)
+            job = make_job(body, body.prompt, False, manager, base, limits)
+        except ApiError as exc:
+            return exc.response()
+        return await respond(request, job, body, "text", worker)
+
+    return app
+
+
+async def read_body(request: Request, model: type[BaseModel], limits: Limits):
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise ApiError(
+            413, f"request body over {limits.max_body_bytes} bytes", "invalid_request_error"
+        )
+    raw = await request.body()
+    if len(raw) > limits.max_body_bytes:
+        raise ApiError(
+            413, f"request body over {limits.max_body_bytes} bytes", "invalid_request_error"
+        )
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}", "invalid_request_error") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object", "invalid_request_error")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ApiError(
+            422, f"{param}: {first['msg']}{more}", "invalid_request_error", param
+        ) from None
+
+
+def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limits) -> Job:
+    """Which adapter and decoder the request gets; 404 for an unknown model or adapter."""
+    adapter = body.adapter
+    if adapter is None and body.model not in (None, base, "default"):
+        adapter = body.model  # an adapter's id from /v1/models
+    if adapter is not None and adapter not in manager.names():
+        known = ", ".join([base, *manager.names()])
+        what = "adapter" if body.adapter is not None else "model"
+        raise ApiError(
+            404, f"unknown {what} {adapter!r}; available: {known}", "not_found_error", what
+        )
+    max_tokens = body.max_tokens or min(256, limits.max_tokens)
+    if max_tokens > limits.max_tokens:
+        raise ApiError(
+            422, f"max_tokens: at most {limits.max_tokens} per request", "invalid_request_error",
+            "max_tokens",
+        )  # fmt: skip
+    greedy = body.temperature == 0
+    decoder = body.decoder or ("ss+pld" if adapter is not None and greedy else "ar")
+    if decoder != "ar" and not greedy:
+        raise ApiError(
+            422, f"the {decoder} decoder is greedy: temperature must be 0 (or decoder ar)",
+            "invalid_request_error", "temperature",
+        )  # fmt: skip
+    sampling = ss.SamplingParams(body.temperature, body.top_p, 0, body.seed)
+    return Job(adapter, prompt, chat, max_tokens, sampling, decoder, asyncio.get_running_loop())
+
+
+async def respond(request: Request, job: Job, body: _Common, kind: str, worker: Worker):
+    try:
+        worker.submit(job)
+    except ApiError as exc:
+        return exc.response()
+    ident = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+    model = job.adapter or body.model or worker.manager.loaded.name
+    if body.stream:
+        return StreamingResponse(
+            stream_events(request, job, ident, model, kind), media_type="text/event-stream"
+        )
+    text, last = [], None
+    while True:
+        try:
+            item = await asyncio.wait_for(job.out.get(), timeout=0.5)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancelled.set()
+            continue
+        if item is None:
+            break
+        if isinstance(item, ApiError):
+            return item.response()
+        text.append(item.text)
+        last = item
+    return JSONResponse(final_object(ident, model, kind, job, "".join(text), last))
+
+
+def final_object(ident, model, kind, job: Job, text: str, last) -> dict:
+    finish = (last.finish_reason if last else None) or "length"
+    if kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+        obj = "chat.completion"
+    else:
+        choice, obj = {"index": 0, "text": text, "logprobs": None}, "text_completion"
+    choice["finish_reason"] = finish
+    return {
+        "id": ident, "object": obj, "created": int(time.time()), "model": model,
+        "choices": [choice], **usage(job, last),
+    }  # fmt: skip
+
+
+def usage(job: Job, last) -> dict:
+    stats = last.stats if last else ss.GenerationStats()
+    return {
+        "usage": {
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.generated_tokens,
+            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+        },
+        "speculative": {
+            "decoder": job.decoder,
+            "adapter": job.adapter,
+            "forward_passes": stats.forward_passes,
+            "mean_accepted_tokens": round(stats.mean_accepted_tokens, 4),
+            "tokens_per_second": round(stats.tokens_per_second, 3),
+        },
+    }
+
+
+async def stream_events(
+    request: Request, job: Job, ident: str, model: str, kind: str
+) -> AsyncIterator[str]:
+    """Server-sent events: chunks as tokens are decided, a last chunk with the finish reason and
+    usage, then [DONE]. Dropped by the client: the generation is cancelled."""
+    created = int(time.time())
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+
+    def event(payload: dict) -> str:
+        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+    def chunk(delta_or_text, finish=None) -> dict:
+        if kind == "chat":
+            choice = {"index": 0, "delta": delta_or_text, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": delta_or_text, "logprobs": None, "finish_reason": finish}
+        return {"id": ident, "object": obj, "created": created, "model": model, "choices": [choice]}
+
+    last = None
+    try:
+        if kind == "chat":
+            yield event(chunk({"role": "assistant", "content": ""}))
+        while (item := await job.out.get()) is not None:
+            if isinstance(item, ApiError):
+                yield event(
+                    {"error": {"message": item.message, "type": item.kind, "code": item.status}}
+                )
+                break
+            last = item
+            if item.text:
+                yield event(chunk({"content": item.text} if kind == "chat" else item.text))
+        else:
+            finish = (last.finish_reason if last else None) or "length"
+            yield event({**chunk({} if kind == "chat" else "", finish), **usage(job, last)})
+            yield "data: [DONE]\n\n"
+    finally:
+        job.cancelled.set()  # no-op when finished; frees the worker when the client left

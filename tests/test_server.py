@@ -1,0 +1,252 @@
+"""`specstream serve`: real HTTP clients (the openai package, httpx) against a server on
+127.0.0.1 running the default model with its shipped adapters."""
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import uvicorn
+from openai import OpenAI
+from specstream_apps.server import Limits, create_app
+
+import specstream_mlx as ss
+from specstream_mlx.manager import AdapterManager
+
+pytestmark = pytest.mark.slow
+KEY = "test-key"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, app):
+        self.port = free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "server did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def manager():
+    manager = AdapterManager(ss.load())  # its own model: the server's adapters stay off others'
+    yield manager
+    manager.activate(None)
+
+
+@pytest.fixture(scope="module")
+def server(manager):
+    app = create_app(manager, api_key=KEY, limits=Limits(max_body_bytes=20_000, max_tokens=1500))
+    server = Server(app)
+    yield server
+    server.stop()
+    app.state.worker.stop()
+
+
+@pytest.fixture()
+def client(server):
+    return OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def raw(server, path, body=None, key=KEY, content=None, method="POST"):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if content is None and body is not None:
+        content = json.dumps(body)
+    return httpx.request(method, server.url + path, content=content, headers=headers, timeout=120)
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+SQL = [
+    {
+        "role": "user",
+        "content": "Write the SQL query that answers the question for this table. Answer with "
+        "the query only.\n\nCREATE TABLE head (age INTEGER)\n\nQuestion: How many heads of the "
+        "departments are older than 56 ?",
+    }
+]
+
+
+def chat(client, messages, **extra):
+    return client.chat.completions.create(
+        model="smollm2-135m-instruct", messages=messages, max_tokens=24, extra_body=extra
+    )
+
+
+def test_models_lists_the_base_and_every_adapter(client):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == ["smollm2-135m-instruct", "chat", "data2text", "sql", "summarize"]
+
+
+def test_chat_completion_per_request_adapter_lossless(client):
+    sql = chat(client, SQL, adapter="sql")
+    plain = chat(client, SQL, adapter="sql", decoder="ar")
+    assert sql.choices[0].message.content == plain.choices[0].message.content
+    assert sql.choices[0].message.content.upper().startswith("SELECT")
+    spec = sql.model_extra["speculative"]
+    assert spec["decoder"] == "ss+pld" and spec["adapter"] == "sql"
+    assert spec["forward_passes"] <= sql.usage.completion_tokens + 1
+    assert sql.usage.total_tokens == sql.usage.prompt_tokens + sql.usage.completion_tokens
+    base = chat(client, QUESTION)  # no adapter: the base model, plain decoding
+    assert "Paris" in base.choices[0].message.content
+    assert base.model_extra["speculative"]["decoder"] == "ar"
+    by_model = client.chat.completions.create(model="sql", messages=SQL, max_tokens=24)
+    assert by_model.choices[0].message.content == sql.choices[0].message.content
+
+
+def test_streaming_equals_plain_and_ends_with_usage(client):
+    whole = chat(client, QUESTION, adapter="chat")
+    stream = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=24, stream=True
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_text_completions_plain_and_streamed(client):
+    prompt = "The three primary colours are"
+    whole = client.completions.create(model="smollm2-135m-instruct", prompt=prompt, max_tokens=12)
+    assert whole.choices[0].text.strip()
+    stream = client.completions.create(
+        model="smollm2-135m-instruct", prompt=prompt, max_tokens=12, stream=True
+    )
+    assert "".join(c.choices[0].text for c in stream) == whole.choices[0].text
+
+
+@pytest.mark.parametrize(
+    "path, body, content, key, status, fragment",
+    [
+        ("/v1/chat/completions", None, b"{not json", KEY, 400, "not valid JSON"),
+        ("/v1/chat/completions", None, b"[1, 2]", KEY, 400, "JSON object"),
+        ("/v1/chat/completions", {"messages": QUESTION, "adapter": "poem"}, None, KEY, 404,
+         "unknown adapter 'poem'; available: smollm2-135m-instruct, chat"),
+        ("/v1/chat/completions", {"messages": QUESTION, "model": "gpt-4"}, None, KEY, 404,
+         "unknown model 'gpt-4'"),
+        ("/v1/chat/completions", {"messages": QUESTION}, None, "wrong", 401, "API key"),
+        ("/v1/models", None, None, None, 401, "API key"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 30_000}]},
+         None, KEY, 413, "over 20000 bytes"),
+        ("/v1/chat/completions", {"messages": []}, None, KEY, 422, "messages"),
+        ("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 0}, None, KEY, 422,
+         "max_tokens"),
+        ("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 5000}, None, KEY, 422,
+         "at most 1500"),
+        ("/v1/chat/completions", {"messages": QUESTION, "adapter": "chat", "temperature": 0.7,
+         "decoder": "ss"}, None, KEY, 422, "the ss decoder is greedy"),
+        ("/v1/chat/completions", {"messages": QUESTION, "adapter": "sql", "temperature": 0.7},
+         None, KEY, 422, "sampling with a shared-mode adapter is not supported"),
+        ("/v1/completions", {"prompt": ""}, None, KEY, 422, "prompt"),
+        ("/v1/nothing", {}, None, KEY, 404, "no route"),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_openai_errors_and_the_server_goes_on(
+    server, client, path, body, content, key, status, fragment
+):
+    method = "GET" if path == "/v1/models" else "POST"
+    response = raw(server, path, body, key=key, content=content, method=method)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert fragment in error["message"] and error["code"] == status
+    assert "Paris" in chat(client, QUESTION).choices[0].message.content
+
+
+def test_sampling_decodes_plainly_with_a_seed(client):
+    one = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=16, temperature=0.8, seed=3
+    )
+    two = client.chat.completions.create(
+        model="chat", messages=QUESTION, max_tokens=16, temperature=0.8, seed=3
+    )
+    assert one.choices[0].message.content == two.choices[0].message.content
+    assert one.model_extra["speculative"]["decoder"] == "ar"
+
+
+def test_a_client_that_leaves_mid_stream_frees_the_worker(server, client):
+    body = {"messages": [{"role": "user", "content": "Tell me a very long story."}],
+            "max_tokens": 1500, "stream": True, "decoder": "ar"}  # fmt: skip
+    headers = {"Authorization": f"Bearer {KEY}"}
+    cancelled = raw(server, "/health", method="GET").json()["cancelled"]
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+    ) as response:
+        for line in response.iter_lines():
+            if '"content": "' in line and '"content": ""' not in line:
+                break  # the first real token arrived; leave
+    deadline = time.time() + 60  # 1500 tokens would take minutes
+    while True:
+        health = raw(server, "/health", method="GET").json()
+        if health["pending"] == 0 and not health["running"]:
+            assert health["cancelled"] == cancelled + 1  # stopped early, not run to its end
+            break
+        assert time.time() < deadline, health
+        time.sleep(0.2)
+    assert "Paris" in chat(client, QUESTION).choices[0].message.content
+
+
+def test_concurrent_requests_mixing_adapters_match_each_alone(client):
+    requests = [("sql", SQL), ("chat", QUESTION), (None, QUESTION), ("summarize", QUESTION)] * 2
+    alone = {i: chat(client, m, adapter=a).choices[0].message.content
+             for i, (a, m) in enumerate(requests[:4])}  # fmt: skip
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda r: chat(client, r[1], adapter=r[0]), requests))
+    for i, result in enumerate(results):
+        assert result.choices[0].message.content == alone[i % 4], requests[i][0]
+
+
+def test_the_serve_command_serves_and_stops(tmp_path):
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port),
+         "--api-key", KEY],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                response = httpx.get(
+                    f"http://127.0.0.1:{port}/v1/models",
+                    headers={"Authorization": f"Bearer {KEY}"},
+                )
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.time() < deadline
+                time.sleep(0.5)
+        assert response.status_code == 200
+        assert [m["id"] for m in response.json()["data"]][1:] == [
+            "chat", "data2text", "sql", "summarize",
+        ]  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "on http://127.0.0.1:" in proc.stderr.read()
+
+
+def test_serve_flags_are_checked_before_loading():
+    from .test_cli import assert_clean_error, specstream
+
+    assert_clean_error(specstream("serve", "--adapter", "sql"), "--adapter wants NAME=FOLDER")
+    assert_clean_error(specstream("serve", "--port", "0"), "--port")
