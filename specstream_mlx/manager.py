@@ -60,12 +60,16 @@ class AdapterManager:
         for name, source in adapters.items():
             self.register(name, source)
 
-    def register(self, name: str, source: str | None = None) -> None:
+    def register(self, name: str, source: str | None = None, preload: bool = True) -> None:
         """Make adapter `source` (a folder or shipped name; default: `name`) usable as `name`.
-        It is read and checked against the base now: a misfit raises SpecstreamError."""
+        It is read and checked against the base now (a misfit raises SpecstreamError), or with
+        preload=False only when first used."""
         if not name or not name.strip():
             raise SpecstreamError("an adapter needs a name")
         with self._lock:
+            if not preload:
+                self._sources[name] = source or name
+                return
             adapter = read_adapter(source or name, self.loaded)
             self._sources[name] = source or name
             self._keep(name, adapter)

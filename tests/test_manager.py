@@ -130,6 +130,9 @@ def test_bad_names_and_limits(tiny_folders):
     assert manager.names() == []  # the shipped adapters are for the default model only
     with pytest.raises(ss.SpecstreamError, match="not found"):
         manager.register("nope", "/no/such/folder")
+    manager.register("later", "/no/such/folder", preload=False)  # checked on first use
+    with pytest.raises(ss.SpecstreamError, match="not found"):
+        manager.activate("later")
 
 
 @pytest.mark.slow

@@ -45,6 +45,8 @@ class LoadedModel:
     eos_token_ids: set[int] = field(default_factory=set)
     streams: object = None  # StreamParams of the active adapter (or untrained ones)
     adapter: str | None = None  # where `streams` came from (None: untrained)
+    # What adapters are checked against (streams.adapter_io.base_fingerprint), computed once.
+    fingerprint: dict | None = field(default=None, repr=False, compare=False)
 
 
 def cache_dir() -> Path:

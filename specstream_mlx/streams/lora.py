@@ -52,21 +52,95 @@ def expected_lora_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, ..
 def apply_lora(model: nn.Module, rank: int, scale: float) -> None:
     """Wrap every linear layer of every block in a LoRALinear (b = 0: the output is unchanged
     until trained). The base weights are frozen."""
-    if has_lora(model):
+    if current_lora(model) is not None:
         remove_lora(model)
     model.freeze()
     config = {"rank": rank, "scale": scale, "dropout": 0.0}
     linear_to_lora_layers(model.model, len(model.model.layers), config)
+    kept = _kept(model)
+    kept.on, kept.off = ((rank, float(scale)), _layout(model)), None
 
 
-def remove_lora(model: nn.Module) -> None:
-    """Put the original layers back: the base model as loaded."""
+class _Kept:
+    """Where a model's LoRA layers are, so that swaps need not walk the module tree: the ones on
+    it now (`on`) and, per (rank, scale), ones taken off to put back without rebuilding them. A
+    plain object: mlx.nn.Module does not count it among the model's parameters."""
+
+    def __init__(self):
+        self.on: tuple[tuple[int, float], list] | None = None
+        self.off: list | None = None  # the layers last taken off (their originals are back)
+        self.by_setting: dict[tuple[int, float], list] = {}
+
+
+def current_lora(model: nn.Module) -> tuple[int, float] | None:
+    """(rank, scale) of the LoRA layers on the model, None without any."""
+    kept = _kept(model)
+    if kept.on is not None and _still_at(kept.on[1], wrapped=True):
+        return kept.on[0]
+    if kept.on is None and kept.off is not None and _still_at(kept.off, wrapped=False):
+        return None
+    settings = lora_settings(model)  # put on some other way: look
+    if not settings:
+        return None
+    kept.on = (next(iter(settings)), _layout(model)) if len(settings) == 1 else None
+    return next(iter(settings)) if len(settings) == 1 else (-1, 0.0)
+
+
+def remove_lora(model: nn.Module, keep: bool = False) -> None:
+    """Put the original layers back: the base model as loaded. keep=True keeps the LoRA layers
+    aside for `put_back_lora` (adapter swaps)."""
+    setting = current_lora(model)
+    kept = _kept(model)
+    taken = kept.on[1] if kept.on is not None else _layout(model)
+    for layer, wrapped in taken:
+        layer.update_modules(tree_unflatten([(name, m.linear) for name, m in wrapped]))
+    kept.on, kept.off = None, taken or None
+    if keep and taken and setting is not None and setting[0] > 0:
+        kept.by_setting[setting] = taken
+
+
+def put_back_lora(model: nn.Module, rank: int, scale: float) -> bool:
+    """Put back LoRA layers of this rank and scale that `remove_lora(keep=True)` kept (their
+    tensors are whatever they last held: load the adapter's next); False when none were kept."""
+    kept = _kept(model)
+    taken = kept.by_setting.pop((rank, float(scale)), None)
+    if taken is None:
+        return False
+    if current_lora(model) is not None:
+        remove_lora(model, keep=True)
+    for layer, wrapped in taken:
+        layer.update_modules(tree_unflatten(wrapped))
+    kept.on, kept.off = ((rank, float(scale)), taken), None
+    return True
+
+
+def _layout(model: nn.Module) -> list:
+    """[(block, [(name, LoRALinear), ...]), ...] for the blocks that have LoRA layers."""
+    out = []
     for layer in model.model.layers:
-        originals = [
-            (name, m.linear) for name, m in layer.named_modules() if isinstance(m, LoRALinear)
-        ]
-        if originals:
-            layer.update_modules(tree_unflatten(originals))
+        wrapped = [(name, m) for name, m in layer.named_modules() if isinstance(m, LoRALinear)]
+        if wrapped:
+            out.append((layer, wrapped))
+    return out
+
+
+def _still_at(taken: list, wrapped: bool) -> bool:
+    """Whether the first recorded LoRA layer (wrapped=True), or the original it wraps, is still
+    in its place: nothing was swapped behind these functions' back."""
+    if not taken:
+        return False
+    layer, modules = taken[0]
+    name, module = modules[0]
+    node = layer
+    for part in name.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node is (module if wrapped else module.linear)
+
+
+def _kept(model: nn.Module) -> _Kept:
+    if not isinstance(getattr(model, "_specstream_kept_lora", None), _Kept):
+        object.__setattr__(model, "_specstream_kept_lora", _Kept())
+    return model._specstream_kept_lora
 
 
 def lora_weights(model: nn.Module) -> dict[str, mx.array]:
@@ -79,4 +153,14 @@ def lora_weights(model: nn.Module) -> dict[str, mx.array]:
 
 
 def load_lora_weights(model: nn.Module, weights: dict[str, mx.array]) -> None:
-    model.update(tree_unflatten([(k[len(PREFIX) :], v) for k, v in weights.items()]))
+    """Point the LoRA layers at `weights` (PREFIX + parameter path -> tensor). Each tensor is set
+    where its path leads (modules are dicts, layer lists are indexed): far quicker than
+    `model.update` for an adapter swap, which rebuilds the whole parameter tree."""
+    for key, value in weights.items():
+        *path, leaf = key[len(PREFIX) :].split(".")
+        node = model
+        for part in path:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if leaf not in node:
+            raise KeyError(f"no LoRA tensor {key} on the model")
+        node[leaf] = value
