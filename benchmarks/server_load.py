@@ -24,9 +24,9 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from specstream_apps.server import create_app
 
 import specstream_mlx as ss
-from specstream_apps.server import create_app
 from specstream_mlx.manager import AdapterManager
 from specstream_mlx.tasks import read_task_examples
 from specstream_mlx.training.chat_prompts import build_chat_mix

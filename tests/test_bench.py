@@ -4,6 +4,7 @@ the plot, and clear errors for bad input."""
 import json
 
 import pytest
+from mlx.utils import tree_flatten
 
 import specstream_mlx as ss
 from specstream_mlx.bench.report import markdown, plot
@@ -73,6 +74,10 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert by_name["ss+pld"]["adapter"] == str(tiny_adapter)
     assert by_name["ss"]["extra_params"] > 0 and by_name["ss"]["adapter"] == str(tiny_adapter)
     assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
+    # memory: each method's own weights at least (not every model the process holds)
+    weights_mb = sum(v.nbytes for _, v in tree_flatten(ss.load(config.model).model.parameters()))
+    for m in by_name.values():
+        assert weights_mb / 2**20 <= m["peak_memory_mb"] < 3 * weights_mb / 2**20 + 50
     table = markdown(report)
     for name in by_name:
         assert f"| {name} |" in table

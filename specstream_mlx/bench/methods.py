@@ -62,14 +62,30 @@ class Method:
     drafter: object = None  # medusa: a decoding.speculative.Drafter
 
     def run(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> Sample:
+        mx.eval()  # nothing pending: what is active now is resident weights and caches
+        before = mx.get_active_memory()
         mx.reset_peak_memory()
         start = time.perf_counter()
         if self.name == "mlx-lm":
             sample = _mlx_lm(self.loaded, prompt_ids, max_tokens, sampling, start)
         else:
             sample = _ours(self, prompt_ids, max_tokens, sampling, start)
-        sample.peak_memory_mb = mx.get_peak_memory() / 2**20
+        working = max(mx.get_peak_memory() - before, 0)
+        sample.peak_memory_mb = (self.weights_bytes() + working) / 2**20
         return sample
+
+    def weights_bytes(self) -> int:
+        """The tensors this method decodes with: its model (LoRA included), the streams it
+        runs, a drafter's heads. Other models the benchmark process holds are not counted."""
+        if getattr(self, "_weights", None) is None:
+            tensors = [v for _, v in tree_flatten(self.loaded.model.parameters())]
+            streams = self.loaded.streams
+            if streams is not None and (self.name in ("ss", "ss+pld") or self.adapter):
+                tensors += [v for _, v in tree_flatten(streams.parameters())]
+            if self.drafter is not None:
+                tensors += [v for _, v in tree_flatten(self.drafter.heads.parameters())]
+            self._weights = sum(v.nbytes for v in tensors)
+        return self._weights
 
 
 def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:

@@ -15,8 +15,9 @@ The JSON schema (stable; new keys may be added, none renamed):
      "unavailable": {method: why it was not run}}
 
 speedup_vs_ar is the median over prompts of ar's wall time over the method's (prefill included);
-peak_memory_mb is MLX's peak allocation in the process during the method's runs, every model the
-run loaded included (so equal across methods when they share one process's models);
+peak_memory_mb is the method's own tensors (its model with any LoRA, the streams it runs, a
+drafter's heads) plus the most MLX allocated beyond what was resident when each run started (KV
+cache, activations), the largest over its runs; other models the process holds do not count;
 tokens_per_second counts tokens after the first over the time after the first token; quality is
 ROUGE-1 / ROUGE-Lsum F1 (dialogsum, e2e) or exact match (sql) against every reference.
 """
