@@ -151,12 +151,13 @@ def answer(text: str, session: Session, manager, max_tokens: int) -> None:
                     sys.stdout.flush()
                     pieces.append(chunk.text)
                     stats = chunk.stats
-            except KeyboardInterrupt:
-                stopped = True
             finally:
                 chunks.close()
+    except KeyboardInterrupt:  # while answering or while the adapter was put on
+        stopped = True
     except ss.SpecstreamError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        hint = " (/reset starts a new conversation)" if "context" in str(exc) else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
         return
     sys.stdout.write("\n")
     sys.stdout.flush()

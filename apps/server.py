@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import specstream_mlx as ss
+from specstream_mlx.generate import encode_prompt
 from specstream_mlx.manager import AdapterManager
 
 DECODERS = ("ar", "ss", "pld", "ss+pld")
@@ -41,10 +42,23 @@ class Limits:
     max_queue: int = 256  # requests waiting or running; more get 503
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+    def plain(self) -> dict:
+        """{"role", "content"} for the chat template: parts joined, developer = system."""
+        content = self.content
+        if not isinstance(content, str):
+            content = "".join(part.text for part in content)
+        return {"role": "system" if self.role == "developer" else self.role, "content": content}
 
 
 class _Common(BaseModel):
@@ -53,11 +67,13 @@ class _Common(BaseModel):
     adapter: str | None = None
     decoder: Literal["ar", "ss", "pld", "ss+pld"] | None = None
     max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)  # OpenAI's newer name
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, lt=2**63)
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
+    stop: str | list[str] | None = None  # refused when given: not supported yet
 
 
 class ChatRequest(_Common):
@@ -69,17 +85,36 @@ class CompletionRequest(_Common):
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None):
+    def __init__(
+        self, status: int, message: str, kind: str, param: str | None = None, code: str = ""
+    ):
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.code = code or CODES.get(status)
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.code}}  # fmt: skip
 
     def response(self) -> JSONResponse:
-        return error_response(self.status, self.message, self.kind, self.param)
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+# OpenAI's error codes are strings (or null); the HTTP status says the class.
+CODES = {
+    400: "invalid_request",
+    401: "invalid_api_key",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    422: "invalid_value",
+    500: "internal_error",
+    503: "server_busy",
+}
 
 
 def error_response(status: int, message: str, kind: str, param: str | None = None):
-    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
-    return JSONResponse(body, status_code=status)
+    return ApiError(status, message, kind, param).response()
 
 
 @dataclass
@@ -87,8 +122,7 @@ class Job:
     """One generation for the worker; chunks come back through `out` (None ends it)."""
 
     adapter: str | None
-    prompt: str | list[dict]
-    chat: bool
+    prompt: list[int]  # token ids, chat template applied
     max_tokens: int
     sampling: ss.SamplingParams
     decoder: str
@@ -97,7 +131,12 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def send(self, item) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        """Hand `item` to the request's event loop; a loop that is gone (server shutting down)
+        means nobody listens any more: the generation stops."""
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the loop is closed
+            self.cancelled.set()
 
 
 class Worker:
@@ -149,7 +188,6 @@ class Worker:
                 max_tokens=job.max_tokens,
                 sampling=job.sampling,
                 decoder=job.decoder,
-                chat=job.chat,
             )
             try:
                 for chunk in chunks:
@@ -215,7 +253,7 @@ def create_app(
         try:
             check_key(request)
             body = await read_body(request, ChatRequest, limits)
-            messages = [m.model_dump() for m in body.messages]
+            messages = [m.plain() for m in body.messages]
             job = make_job(body, messages, True, manager, base, limits)
         except ApiError as exc:
             return exc.response()
@@ -263,7 +301,8 @@ async def read_body(request: Request, model: type[BaseModel], limits: Limits):
 
 
 def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limits) -> Job:
-    """Which adapter and decoder the request gets; 404 for an unknown model or adapter."""
+    """The request's adapter, decoder and prompt tokens, every check that can be made before it
+    queues done here (a streamed request cannot change its status once it has started)."""
     adapter = body.adapter
     if adapter is None and body.model not in (None, base, "default"):
         adapter = body.model  # an adapter's id from /v1/models
@@ -271,9 +310,12 @@ def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limi
         known = ", ".join([base, *manager.names()])
         what = "adapter" if body.adapter is not None else "model"
         raise ApiError(
-            404, f"unknown {what} {adapter!r}; available: {known}", "not_found_error", what
-        )
-    max_tokens = body.max_tokens or min(256, limits.max_tokens)
+            404, f"unknown {what} {adapter!r}; available: {known}", "not_found_error", what,
+            "model_not_found",
+        )  # fmt: skip
+    if body.stop:
+        raise ApiError(422, "stop sequences are not supported yet", "invalid_request_error", "stop")
+    max_tokens = body.max_tokens or body.max_completion_tokens or min(256, limits.max_tokens)
     if max_tokens > limits.max_tokens:
         raise ApiError(
             422, f"max_tokens: at most {limits.max_tokens} per request", "invalid_request_error",
@@ -286,8 +328,25 @@ def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limi
             422, f"the {decoder} decoder is greedy: temperature must be 0 (or decoder ar)",
             "invalid_request_error", "temperature",
         )  # fmt: skip
+    if not greedy and adapter is not None and manager.changes_model(adapter):
+        raise ApiError(
+            422, f"sampling with a shared-mode adapter ({adapter}) is not supported yet: use "
+            "temperature 0", "invalid_request_error", "temperature",
+        )  # fmt: skip
+    loaded = manager.loaded
+    try:
+        ids = encode_prompt(loaded, prompt, chat)
+    except ss.SpecstreamError as exc:
+        param = "messages" if chat else "prompt"
+        raise ApiError(422, str(exc), "invalid_request_error", param) from None
+    if len(ids) >= loaded.context_length:
+        raise ApiError(
+            400, f"the prompt has {len(ids)} tokens; the model's context holds "
+            f"{loaded.context_length}", "invalid_request_error", "messages" if chat else "prompt",
+            "context_length_exceeded",
+        )  # fmt: skip
     sampling = ss.SamplingParams(body.temperature, body.top_p, 0, body.seed)
-    return Job(adapter, prompt, chat, max_tokens, sampling, decoder, asyncio.get_running_loop())
+    return Job(adapter, ids, max_tokens, sampling, decoder, asyncio.get_running_loop())
 
 
 async def respond(request: Request, job: Job, body: _Common, kind: str, worker: Worker):

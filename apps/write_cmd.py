@@ -186,23 +186,31 @@ def write_batch(ss, loaded, prompts: list[str], common: dict, output: str | None
 
 
 def _complete_lines(path: Path) -> int:
-    """Rows already written to `path`; a last line cut short by an interruption is removed
-    (the file is rewritten atomically without it)."""
+    """Rows already written to `path` (rows 1..n in order). A last line cut short by an
+    interruption (no newline after it) is removed, atomically; any other damage, or rows that
+    are not 1..n, stop the run with the file left as it is."""
+    from specstream_mlx import SpecstreamError
+
     if not path.exists():
         return 0
     text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    complete = lines[:-1]  # everything before the last newline
-    good = []
-    for line in complete:
+    complete, _, cut = text.rpartition("\n")
+    lines = complete.split("\n") if complete else []
+    for number, line in enumerate(lines, start=1):
         try:
-            json.loads(line)
-        except ValueError:
-            break
-        good.append(line)
-    keep = "".join(line + "\n" for line in good)
-    if keep != text:
+            row = json.loads(line)["row"]
+        except (ValueError, KeyError, TypeError):
+            row = None
+        if row != number:
+            raise SpecstreamError(
+                f"{path} line {number} is not result row {number}: not this batch's output, or "
+                "damaged; give another --output"
+            )
+    if cut:  # interrupted while writing: that row runs again
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(keep, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(complete + "\n" if complete else "")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
-    return len(good)
+    return len(lines)

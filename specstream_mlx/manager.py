@@ -67,16 +67,28 @@ class AdapterManager:
         if not name or not name.strip():
             raise SpecstreamError("an adapter needs a name")
         with self._lock:
-            if not preload:
-                self._sources[name] = source or name
-                return
-            adapter = read_adapter(source or name, self.loaded)
+            adapter = read_adapter(source or name, self.loaded) if preload else None
+            if name in self._sources:  # replaced: the old one leaves memory and the model
+                self._resident.pop(name, None)
+                if self._active == name:
+                    self.activate(None)
             self._sources[name] = source or name
-            self._keep(name, adapter)
+            if adapter is not None:
+                self._keep(name, adapter)
 
     def names(self) -> list[str]:
         """Registered adapter names, in registration order."""
         return list(self._sources)
+
+    def changes_model(self, name: str) -> bool:
+        """Whether adapter `name` puts LoRA layers on the model (shared mode, or a LoRA
+        folder): its plain decoding is then the adapter's model, not the base."""
+        with self._lock:
+            adapter = self._resident.get(name)
+            if adapter is None:
+                adapter = read_adapter(self._sources[name], self.loaded)
+                self._keep(name, adapter)
+            return bool(adapter.lora)
 
     def resident(self) -> dict[str, int]:
         """Adapters in memory now, least recently used first: name -> bytes."""

@@ -29,11 +29,12 @@ def base_weights(model) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def folders(tiny_folders, tmp_path_factory):
-    """Two shared adapters (different LoRA and rank), a lossless one, and one for another base."""
+    """Shared adapters (a and c: the same rank, so a swap between them re-points the same LoRA
+    layers; b another rank), a lossless one, and one for another base."""
     root = tmp_path_factory.mktemp("adapters")
     loaded = ss.load(str(tiny_folders["llama"]))
     out = {}
-    for name, seed, rank in (("a", 1, 4), ("b", 2, 2)):
+    for name, seed, rank in (("a", 1, 4), ("b", 2, 2), ("c", 5, 4)):
         params = shared_streams(loaded, seed, gamma=2, n_msa_layers=2, lora_rank=rank)
         apply_lora(loaded.model, rank=rank, scale=params.config.lora_scale)
         randomize_lora(loaded.model, seed=seed)
@@ -63,19 +64,28 @@ def decode(manager, name, decoder="ss"):
 def test_swapping_changes_outputs_and_never_the_base(tiny_folders, folders):
     loaded = ss.load(str(tiny_folders["llama"]))
     before = base_weights(loaded.model)
-    names = {k: folders[k] for k in ("a", "b", "lossless")}
+    names = {k: folders[k] for k in ("a", "b", "c", "lossless")}
     manager = AdapterManager(loaded, names)
-    assert manager.names() == ["a", "b", "lossless"]
+    assert manager.names() == ["a", "b", "c", "lossless"]
     want = {name: alone(tiny_folders, folder) for name, folder in names.items()}
     want[None] = alone(tiny_folders, None)
-    assert want["a"] != want["b"] and want["a"] != want[None]  # the LoRA changes the model
-    for name in ["a", "b", None, "lossless", "a", "b", "a", None]:
+    assert want["a"] != want["c"] and want["a"] != want[None]  # the LoRA changes the model
+    for name in ["a", "c", "a", "b", None, "lossless", "c", "a", "b", "a", None, "c"]:
         assert decode(manager, name) == want[name], name
     after = base_weights(loaded.model)
     assert before.keys() == after.keys()
     for key, value in before.items():
         np.testing.assert_array_equal(value, after[key], err_msg=key)
     assert manager.times.swaps and not manager.times.loads  # all resident since registration
+
+
+def test_registering_a_name_again_replaces_it_even_while_active(tiny_folders, folders):
+    manager = AdapterManager(ss.load(str(tiny_folders["llama"])), {"x": folders["a"]})
+    assert decode(manager, "x") == alone(tiny_folders, folders["a"])
+    manager.register("x", folders["c"])  # "x" is on the model right now
+    assert decode(manager, "x") == alone(tiny_folders, folders["c"])
+    manager.register("x", folders["a"], preload=False)
+    assert decode(manager, "x") == alone(tiny_folders, folders["a"])
 
 
 def test_an_adapter_for_another_base_is_refused(tiny_folders, folders):

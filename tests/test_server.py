@@ -153,8 +153,13 @@ def test_text_completions_plain_and_streamed(client):
         ("/v1/chat/completions", {"messages": QUESTION, "adapter": "chat", "temperature": 0.7,
          "decoder": "ss"}, None, KEY, 422, "the ss decoder is greedy"),
         ("/v1/chat/completions", {"messages": QUESTION, "adapter": "sql", "temperature": 0.7},
-         None, KEY, 422, "sampling with a shared-mode adapter is not supported"),
+         None, KEY, 422, "sampling with a shared-mode adapter (sql) is not supported"),
         ("/v1/completions", {"prompt": ""}, None, KEY, 422, "prompt"),
+        ("/v1/chat/completions", {"messages": QUESTION, "temperature": 0.5, "seed": -1}, None,
+         KEY, 422, "seed"),
+        ("/v1/chat/completions", {"messages": QUESTION, "stop": ["\n"]}, None, KEY, 422,
+         "stop sequences are not supported"),
+        ("/v1/chat/completions", {"messages": QUESTION, "n": 2}, None, KEY, 422, "n"),
         ("/v1/nothing", {}, None, KEY, 404, "no route"),
     ],
 )  # fmt: skip
@@ -165,8 +170,33 @@ def test_bad_requests_get_openai_errors_and_the_server_goes_on(
     response = raw(server, path, body, key=key, content=content, method=method)
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert fragment in error["message"] and error["code"] == status
+    assert fragment in error["message"] and isinstance(error["code"], str)
     assert "Paris" in chat(client, QUESTION).choices[0].message.content
+
+
+def test_a_streamed_request_that_cannot_run_fails_before_streaming(server):
+    long = [{"role": "user", "content": "a " * 9000}]  # past the 8192-token context
+    for stream in (False, True):
+        body = {"messages": long, "stream": stream}
+        response = raw(server, "/v1/chat/completions", body)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == "context_length_exceeded"
+    body = {"messages": QUESTION, "adapter": "sql", "temperature": 0.5, "stream": True}
+    response = raw(server, "/v1/chat/completions", body)
+    assert response.status_code == 422 and "shared-mode" in response.json()["error"]["message"]
+
+
+def test_openai_message_shapes(client):
+    """Content as a list of text parts, the developer role, max_completion_tokens."""
+    parts = [{"role": "developer", "content": "Answer briefly."},
+             {"role": "user", "content": [{"type": "text", "text": "What is the capital "},
+                                          {"type": "text", "text": "of France?"}]}]  # fmt: skip
+    plain = [{"role": "system", "content": "Answer briefly."},
+             {"role": "user", "content": "What is the capital of France?"}]  # fmt: skip
+    one = client.chat.completions.create(model="chat", messages=parts, max_completion_tokens=5)
+    two = client.chat.completions.create(model="chat", messages=plain, max_tokens=5)
+    assert one.choices[0].message.content == two.choices[0].message.content
+    assert one.usage.completion_tokens <= 5 and one.usage.prompt_tokens == two.usage.prompt_tokens
 
 
 def test_sampling_decodes_plainly_with_a_seed(client):

@@ -69,6 +69,11 @@ def test_batch_resumes_after_an_interruption(tmp_path):
     assert [(r["row"], r["text"]) for r in again] == [
         (r["row"], r["text"]) for r in map(json.loads, full)
     ]
+    # Damage before the last line, or another batch's output: refused, the file left alone.
+    for bad in (full[0] + "\n\n" + full[1] + "\n", full[1] + "\n"):
+        out.write_text(bad)
+        assert_clean_error(specstream(*args), "give another --output")
+        assert out.read_text() == bad
 
 
 @pytest.mark.parametrize(

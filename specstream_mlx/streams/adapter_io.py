@@ -154,9 +154,11 @@ def made_for(name: str | os.PathLike, loaded) -> bool:
 
 
 def resolve_adapter(name: str | os.PathLike) -> Path:
-    """A folder path, or the name of a shipped adapter (e.g. "chat")."""
+    """A folder path, or the name of a shipped adapter (e.g. "chat"). A folder that happens to
+    carry a shipped name (an `sql/` in the working directory) wins only if it is an adapter
+    folder."""
     path = Path(name).expanduser()
-    if path.exists():
+    if path.exists() and ((path / CONFIG).is_file() or str(name) not in shipped_adapters()):
         return path
     if str(name) in shipped_adapters():
         return SHIPPED_DIR / str(name)
