@@ -16,13 +16,10 @@ import platform
 import statistics
 import time
 
+import numpy as np
+
 import specstream_mlx as ss
 from specstream_mlx.manager import AdapterManager
-
-
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(int(q * len(values)), len(values) - 1)]
 
 
 def main() -> None:
@@ -56,11 +53,14 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "processor": platform.machine()},
         "swap_ms": {
             "median": round(statistics.median(swaps), 3),
-            "p90": round(percentile(swaps, 0.9), 3),
+            "p90": round(float(np.percentile(swaps, 90, method="higher")), 3),
             "count": len(swaps),
         },
         "cold_load_ms": {
-            n: {"median": round(statistics.median(v), 1), "p90": round(percentile(v, 0.9), 1)}
+            n: {
+                "median": round(statistics.median(v), 1),
+                "p90": round(float(np.percentile(v, 90, method="higher")), 1),
+            }
             for n, v in cold.items()
         },
         "resident_bytes": manager.resident(),

@@ -19,6 +19,14 @@ from .test_shared import shared_streams
 from .test_speculative import streams_for
 from .tiny import FAMILIES
 
+# Prompts of a few repeated words: the lookup finds matches.
+WORDS = st.lists(
+    st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1, max_size=10
+)
+EXAMPLES = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
 
 @pytest.fixture(scope="module")
 def tiny_models(tiny_folders):
@@ -38,14 +46,10 @@ def test_lookup_draft_takes_the_latest_longest_match():
     assert lookup_draft([1, 2, 1], LookupConfig(ngram_min=2)) == []
 
 
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@EXAMPLES
 @given(
     family=st.sampled_from(sorted(FAMILIES)),
-    words=st.lists(
-        st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1, max_size=10
-    ),
+    words=WORDS,
     length=st.integers(1, 24),
 )
 def test_pld_equals_plain_greedy(tiny_models, family, words, length):
@@ -117,14 +121,10 @@ def test_default_model_pld_copies_from_the_prompt(default_model):
     assert pld.stats.mean_accepted_tokens > 1.0  # some drafts were accepted
 
 
-@settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@EXAMPLES
 @given(
     family=st.sampled_from(sorted(FAMILIES)),
-    words=st.lists(
-        st.sampled_from(["the", "cat", "sat", "on", "a", "mat", "."]), min_size=1, max_size=10
-    ),
+    words=WORDS,
     top_k=st.integers(1, 3),
     cap=st.integers(1, 8),
     length=st.integers(1, 24),
