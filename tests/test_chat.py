@@ -64,3 +64,25 @@ def test_ctrl_c_stops_the_answer_and_keeps_the_session():
     assert "(stopped) [" in err
     assert "2 answers" not in err and "1 answers" in err  # /stats after the stopped one
     assert err.count("tokens/s]") == 2  # the stopped answer and the next one
+
+
+def test_the_oldest_turns_leave_when_the_context_is_full(default_model):
+    from dataclasses import replace
+
+    from specstream_apps.chat_cmd import fit_history
+
+    small = replace(default_model, context_length=120)  # room: 120 - 24 = 96 tokens
+    turn = "Tell me about the history of the bicycle in a few words please."
+    messages = [{"role": "system", "content": "Be brief."}]
+    for i in range(6):
+        messages += [{"role": "user", "content": f"{i}: {turn}"},
+                     {"role": "assistant", "content": f"{i}: It began in 1817."}]  # fmt: skip
+    messages.append({"role": "user", "content": "last question"})
+    kept, dropped = fit_history(small, messages, 24)
+    assert kept[0] == messages[0] and kept[-1] == messages[-1]
+    assert kept[1:] == messages[1 + dropped :] and dropped > 0 and dropped % 2 == 0
+    from specstream_mlx.generate import encode_prompt
+
+    assert len(encode_prompt(small, kept)) <= 96
+    assert len(encode_prompt(small, [messages[0], *messages[dropped - 1 :]])) > 96  # not too many
+    assert fit_history(default_model, messages, 24) == (messages, 0)  # it all fits in 8192
