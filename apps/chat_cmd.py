@@ -3,6 +3,7 @@ adapter switchable mid-session (one base model stays loaded)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from dataclasses import dataclass, field
 
@@ -56,6 +57,9 @@ def run(args) -> int:
     import specstream_mlx as ss
     from specstream_mlx.manager import AdapterManager
 
+    # Ctrl-C stops an answer even when started from a parent that ignores SIGINT (a background
+    # job of a non-interactive shell inherits SIG_IGN, and Python then keeps it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     loaded = ss.load(args.model, precision=args.precision)
     manager = AdapterManager(loaded)
     adapter = args.adapter
