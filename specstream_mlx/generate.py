@@ -146,8 +146,8 @@ def stream_generate(
 
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
     model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
-    untrained streams, which keep the output exact but accept few tokens); "ss+pld" adds the
-    prompt-lookup chain to each stream draft (copied text drafted deeper); "pld" is prompt
+    untrained streams, which keep the output exact but accept few tokens); "ss+pld" drafts the
+    prompt-lookup chain when the context has a match, the streams' tokens otherwise; "pld" is prompt
     lookup decoding (drafts copied from the context, verified by the model: greedy, exact), or
     verification of the trees another `drafter` proposes (decoding.speculative.Drafter, e.g.
     Medusa heads).
@@ -194,14 +194,13 @@ def stream_generate(
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig()
         if _shared(loaded):
-            # The adapter's own model verifies: its streams run (unused), the lookup's tokens
-            # take their place as a chain.
+            # The adapter's own model verifies: its streams run (the main stream attends to
+            # them) but draft nothing (a 1-node cap); the lookup's chain is the whole draft.
             if drafter is not None:
                 raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
-            shared = loaded.streams.with_config(top_k=1, max_tree_nodes=lookup.max_draft + 1)
-            override = draft_override or (lambda h: [[t] for t in lookup_draft(h, lookup)])
+            shared = loaded.streams.with_config(top_k=1, max_tree_nodes=1)
             steps = speculative_decode(
-                loaded.model, arch, shared, prompt_ids, budget, override, kv_bits
+                loaded.model, arch, shared, prompt_ids, budget, kv_bits=kv_bits, lookup=lookup
             )
         else:
             drafter = drafter or (

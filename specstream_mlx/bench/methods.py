@@ -4,7 +4,8 @@ returns the tokens and the timings of one generation.
 - ar: our plain decoding (the reference for speedups);
 - ss: Speculative Streaming with a stream adapter;
 - pld: prompt lookup decoding through our tree verifier;
-- ss+pld: the stream adapter's drafts with the prompt-lookup chain added as one more branch;
+- ss+pld: the prompt-lookup chain when the context has a match, the stream adapter's draft
+  otherwise;
 - mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac);
 - medusa: Medusa-1 heads (`specstream train --mode medusa`) on the base model, through our tree
   verifier;
@@ -19,7 +20,7 @@ so they run the base model and their outputs are not expected to match.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -60,6 +61,7 @@ class Method:
     adapter: str | None = None  # the stream adapter it decodes with (ss, or a shared model's)
     extra_params: int = 0  # parameters it adds to the base model, LoRA excluded
     drafter: object = None  # medusa: a decoding.speculative.Drafter
+    _weights: int | None = field(default=None, init=False, repr=False)  # weights_bytes, once
 
     def run(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> Sample:
         mx.eval()  # nothing pending: what is active now is resident weights and caches
@@ -77,7 +79,7 @@ class Method:
     def weights_bytes(self) -> int:
         """The tensors this method decodes with: its model (LoRA included), the streams it
         runs, a drafter's heads. Other models the benchmark process holds are not counted."""
-        if getattr(self, "_weights", None) is None:
+        if self._weights is None:
             tensors = [v for _, v in tree_flatten(self.loaded.model.parameters())]
             streams = self.loaded.streams
             if streams is not None and (self.name in ("ss", "ss+pld") or self.adapter):
