@@ -17,7 +17,7 @@ from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.lora import apply_lora, has_lora, lora_weights, remove_lora
 from specstream_mlx.streams.params import StreamParams
-from specstream_mlx.training import forward
+from specstream_mlx.training import forward, positions
 from specstream_mlx.training.data import load_dataset
 from specstream_mlx.training.trainer import TrainConfig, train
 
@@ -122,7 +122,7 @@ def test_shared_mode_changes_the_output_and_training_matches_decoding(
     arch = arch_of(loaded.model, "llama")
     ids = mx.array(prompt + decoded)
     mask = np.array([False] * len(prompt) + [True] * len(decoded))
-    carry = forward.shared_stream_positions(params.config, mask)
+    carry = positions.shared_stream_positions(params.config, mask)
     assert carry[0] == (0 if prompt_streams else len(prompt) - 1)
     _, main, _ = forward.shared_hidden(arch, params, ids, carry)
     argmax = np.array(mx.argmax(arch.lm_head(arch.norm(main)), axis=-1))

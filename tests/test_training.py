@@ -17,7 +17,7 @@ from specstream_mlx.models.arch import arch_of
 from specstream_mlx.streams.adapter_io import load_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
-from specstream_mlx.training import forward, trainer
+from specstream_mlx.training import forward, positions, trainer
 from specstream_mlx.training.data import load_dataset, read_jsonl
 from specstream_mlx.training.trainer import TrainConfig, train
 
@@ -88,14 +88,14 @@ def test_segment_loss_is_the_full_loss_on_those_positions(tiny):
     ids = [int(t) for t in rng.randint(3, 200, size=40)]
     mask = [False] * 8 + [True] * 32
     feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
-    every = forward.stream_positions(feats.loss_mask, params.config.gamma)
-    seg = forward.segment(every, 10, np.random.RandomState(3))
+    every = positions.stream_positions(feats.loss_mask, params.config.gamma)
+    seg = positions.segment(every, 10, np.random.RandomState(3))
     assert len(seg) == 10 and list(seg) == list(range(seg[0], seg[0] + 10))
     full = forward.stream_hidden(arch, params, feats, every)
     part = forward.stream_hidden(arch, params, feats, seg)
     rows = [list(every).index(p) for p in seg]
     assert mx.allclose(full[mx.array(rows)], part, atol=1e-4).item()
-    assert list(forward.segment(every, 0, rng)) == list(every)
+    assert list(positions.segment(every, 0, rng)) == list(every)
 
 
 def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .kv import MainOnlyCache
-from .tree import Tree, prune
+from .tree import Tree, msa_mask, prune
 
 # Up to this many rows, main and stream logits come from one LM-head pass: the head's weights
 # are read once (the pass is memory-bound on a CPU), instead of once for the main stream and
@@ -43,22 +43,7 @@ def _lower_mask(tree: Tree, prefix: int) -> mx.array:
 def _msa_mask(
     anc: np.ndarray, prefix: int, gamma: int, shared: bool, stream_nodes: np.ndarray | None = None
 ) -> mx.array:
-    """Rows: M main, then S*gamma streams of the S nodes in `stream_nodes` (default: all; the
-    s-th one's stream j at M + s*gamma + j). Columns: prefix | M main | S*gamma streams.
-    Stream j of node m sees the prefix, m and its ancestors, and streams 1..j of m; the main
-    stream sees only main rows (lossless), or also its own node's streams (shared mode)."""
-    m = anc.shape[0]
-    nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes)
-    s = len(nodes)
-    main = np.concatenate([np.ones((m, prefix), bool), anc, np.zeros((m, s * gamma), bool)], 1)
-    if shared:
-        owner = np.repeat(nodes, gamma)  # (S*gamma,) node of each stream column
-        main[:, prefix + m :] = np.arange(m)[:, None] == owner[None, :]
-    stream_ctx = np.repeat(anc[nodes], gamma, axis=0)  # (S*gamma, M)
-    causal = np.tril(np.ones((gamma, gamma), bool))
-    stream_self = np.kron(np.eye(s, dtype=bool), causal)  # (S*gamma, S*gamma)
-    streams = np.concatenate([np.ones((s * gamma, prefix), bool), stream_ctx, stream_self], 1)
-    return mx.array(np.concatenate([main, streams], axis=0))
+    return mx.array(msa_mask(anc, prefix, gamma, shared, stream_nodes))
 
 
 def _lower_layers(arch: Arch, n_low: int, tree: Tree, caches: list, prefix: int) -> mx.array:

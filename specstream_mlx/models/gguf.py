@@ -174,9 +174,10 @@ def dequantize_weights(weights: dict[str, mx.array], quant: dict, dtype) -> dict
         module = name.rsplit(".", 1)[0]
         if f"{module}.scales" in weights:
             bits = quant.get(module, quant)["bits"]
-            w = mx.dequantize(
-                w, weights[f"{module}.scales"], weights[f"{module}.biases"], GGUF_GROUP_SIZE, bits
+            scales, biases = (
+                weights[f"{module}.{k}"].astype(mx.float32) for k in ("scales", "biases")
             )
+            w = mx.dequantize(w, scales, biases, GGUF_GROUP_SIZE, bits)  # in float32, as llama.cpp
         out[name] = w.astype(dtype) if mx.issubdtype(w.dtype, mx.floating) else w
     return out
 

@@ -122,6 +122,15 @@ def _set_precision(model: nn.Module, precision: str) -> None:
         return
     from mlx_lm.utils import dequantize_model
 
+    # Scales and biases to float32 first: dequantizing in their stored float16 would round every
+    # weight to float16, while llama.cpp (and the torch path, convert/) compute d * q + m in
+    # float32. The result is then cast once to the precision asked for.
+    model.update(
+        tree_map(
+            lambda a: a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a,
+            model.parameters(),
+        )
+    )
     dequantize_model(model)
     dtype = _DTYPES[precision]
     model.update(

@@ -23,6 +23,7 @@ from mlx_lm.models.cache import KVCache
 from ..decoding.tree_step import _msa_mask, msa_layers
 from ..models.arch import Arch
 from ..streams.params import StreamParams
+from .positions import shared_stream_positions, stream_positions
 
 
 @dataclass
@@ -67,12 +68,6 @@ class FrozenMainCache:
         )
 
 
-def stream_positions(loss_mask: np.ndarray, gamma: int) -> np.ndarray:
-    """Positions whose streams have at least one target (prompt tokens need no streams)."""
-    t = len(loss_mask)
-    return np.array([p for p in range(t) if loss_mask[p + 2 : p + 2 + gamma].any()], dtype=int)
-
-
 def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
     """(T,) token ids -> (1, T, d) hidden state after the layers below the MSA layers."""
     h = arch.embed(ids[None])
@@ -114,15 +109,6 @@ def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positio
             n = layer.post_attention_layernorm(x)
             x = x + layer.mlp(n) + params.adapters[i](n)  # stream adapters: stream rows only
     return x[0].reshape(s, gamma, -1)
-
-
-def segment(positions: np.ndarray, length: int, rng: np.random.RandomState) -> np.ndarray:
-    """A random run of `length` consecutive stream positions (all of them when fewer): the
-    paper's segment attention, which bounds the stream activations alive in one step."""
-    if length <= 0 or len(positions) <= length:
-        return positions
-    start = rng.randint(0, len(positions) - length + 1)
-    return positions[start : start + length]
 
 
 def stream_loss(
@@ -183,16 +169,6 @@ def _prune_nll(arch: Arch, params: StreamParams, h_low: mx.array, ids, rows: np.
     h = h_low[mx.array(rows)]
     logits = arch.lm_head(arch.norm(h + params.prune(h)))
     return nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
-
-
-def shared_stream_positions(config, loss_mask: np.ndarray) -> np.ndarray:
-    """Shared mode: the positions whose streams run (and which the main stream attends to), as
-    at decoding time: every position with prompt_streams, else those whose next token is a
-    completion token (the last prompt token, the root of the first draft, and the completion)."""
-    t = len(loss_mask)
-    if config.prompt_streams:
-        return np.arange(t)
-    return np.nonzero(np.asarray(loss_mask, bool)[1:])[0]
 
 
 def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array, carry: np.ndarray):

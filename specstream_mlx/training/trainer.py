@@ -30,14 +30,12 @@ from .forward import (
     base_features,
     lower_hidden,
     next_token_loss,
-    segment,
     shared_hidden,
     shared_loss,
-    shared_stream_positions,
     stream_hidden,
     stream_loss,
-    stream_positions,
 )
+from .positions import segment, shared_stream_positions, stream_positions
 
 
 @dataclass
