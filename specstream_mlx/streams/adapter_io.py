@@ -4,7 +4,6 @@ once, as mlx-lm's `load_adapters` does."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,6 +16,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from ..errors import SpecstreamError
 from .config import StreamConfig
+from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
     apply_lora,
@@ -33,26 +33,13 @@ from .params import StreamParams
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "adapters"  # trained for the default model
 FORMAT_VERSION = 1
-_ARCH_KEYS = (
-    "model_type",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-)
 
 
 def base_fingerprint(loaded) -> dict:
     """What an adapter must match: the architecture, and the tokenizer's vocabulary (hashed
     once per loaded model: ~0.1 s for a 49k vocabulary)."""
-    if loaded.fingerprint is not None:
-        return dict(loaded.fingerprint)
-    vocab = sorted(loaded.tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    digest = hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
-    arch = {k: loaded.config.get(k) for k in _ARCH_KEYS}
-    loaded.fingerprint = {**arch, "tokenizer_sha256": digest}
+    if loaded.fingerprint is None:
+        loaded.fingerprint = fingerprint(loaded.config, loaded.tokenizer.get_vocab())
     return dict(loaded.fingerprint)
 
 

@@ -1,0 +1,369 @@
+"""Adapter folders of the two runtimes, and the conversion between them. numpy, safetensors and
+json only: converting needs neither torch nor MLX.
+
+PyTorch folder (written by convert.torch_train, read by convert.torch_streams' loader):
+- `stream_config.json`: {"format_version", "stream_config", "base_model": {"name",
+  "fingerprint"}, "shapes"}, the same fields as the MLX folder's adapter_config.json;
+- `streams.safetensors`: `stream_embeddings` (gamma, d), `adapters.{i}.down.weight` (r, d),
+  `adapters.{i}.up.weight` (d, r), `prune.down.weight`, `prune.up.weight` (torch Linear layout);
+- shared mode only, a PEFT LoRA folder: `adapter_config.json` (peft LoraConfig) and
+  `adapter_model.safetensors` (`base_model.model.model.layers.{L}.{module}.lora_A.weight` (r, in)
+  and `lora_B.weight` (out, r)), loadable with `peft.PeftModel.from_pretrained`.
+
+MLX folder (specstream_mlx.streams.adapter_io): `adapter_config.json` + `adapters.safetensors`
+with `adapters.{i}.a` (d, r) = down.weight^T, `adapters.{i}.b` (r, d) = up.weight^T, the same for
+`prune`, and `lora.model.layers.{L}.{module}.lora_a` (in, r) = lora_A^T, `lora_b` (r, out) =
+lora_B^T. LoRA scale: MLX multiplies by `lora_scale`, PEFT by lora_alpha / r (alpha / sqrt(r)
+with use_rslora), so alpha = scale * r.
+
+Every tensor keeps its dtype (float16 stays float16); bfloat16, which numpy cannot hold, is
+widened to float32 exactly. float32 and float16 folders round-trip bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.streams.config import StreamConfig
+
+FORMAT_VERSION = 1
+TORCH_STREAMS, TORCH_CONFIG = "streams.safetensors", "stream_config.json"
+PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+MLX_WEIGHTS, MLX_CONFIG = "adapters.safetensors", "adapter_config.json"
+MLX_LORA_PREFIX = "lora."
+PEFT_PREFIX = "base_model.model."
+# The linear layers of a block, as the MLX runtime wraps them all with LoRA (short PEFT names).
+LORA_MODULES = {
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "gate_proj": "mlp.gate_proj",
+    "up_proj": "mlp.up_proj",
+    "down_proj": "mlp.down_proj",
+}
+_STREAM_T2M = [  # torch name pattern -> MLX name, transposed
+    (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
+    (re.compile(r"^adapters\.(\d+)\.down\.weight$"), lambda m: f"adapters.{m[1]}.a", True),
+    (re.compile(r"^adapters\.(\d+)\.up\.weight$"), lambda m: f"adapters.{m[1]}.b", True),
+    (re.compile(r"^prune\.down\.weight$"), lambda m: "prune.a", True),
+    (re.compile(r"^prune\.up\.weight$"), lambda m: "prune.b", True),
+]
+_STREAM_M2T = [
+    (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
+    (re.compile(r"^adapters\.(\d+)\.a$"), lambda m: f"adapters.{m[1]}.down.weight", True),
+    (re.compile(r"^adapters\.(\d+)\.b$"), lambda m: f"adapters.{m[1]}.up.weight", True),
+    (re.compile(r"^prune\.a$"), lambda m: "prune.down.weight", True),
+    (re.compile(r"^prune\.b$"), lambda m: "prune.up.weight", True),
+]
+_PEFT_LORA = re.compile(r"^base_model\.model\.(model\.layers\.\d+\.(.+))\.lora_([AB])\.weight$")
+_MLX_LORA = re.compile(r"^lora\.(model\.layers\.\d+\.(.+))\.lora_([ab])$")
+
+
+@dataclass
+class Folder:
+    """An adapter folder of either runtime, in memory."""
+
+    kind: str  # "torch" | "mlx"
+    config: dict  # stream_config.json (torch) or adapter_config.json (mlx)
+    tensors: dict[str, np.ndarray]  # streams (torch) or everything (mlx)
+    lora: dict[str, np.ndarray] = field(default_factory=dict)  # torch: PEFT tensors
+    peft_config: dict | None = None  # torch, shared mode
+
+    @property
+    def stream_config(self) -> StreamConfig:
+        try:
+            return StreamConfig.from_dict(self.config["stream_config"]).validate()
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SpecstreamError(f"unreadable stream config: {exc}") from None
+
+
+def folder_kind(path: str | os.PathLike) -> str:
+    """ "torch" or "mlx"; a clear error for anything else."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SpecstreamError(f"adapter folder not found: {path}")
+    if (path / TORCH_CONFIG).is_file():
+        return "torch"
+    if (path / MLX_CONFIG).is_file() and (path / MLX_WEIGHTS).is_file():
+        return "mlx"
+    raise SpecstreamError(
+        f"{path} is neither a PyTorch adapter folder ({TORCH_CONFIG} + {TORCH_STREAMS}, and "
+        f"{PEFT_CONFIG} + {PEFT_WEIGHTS} in shared mode) nor an MLX one ({MLX_CONFIG} + "
+        f"{MLX_WEIGHTS})"
+    )
+
+
+def read_folder(path: str | os.PathLike) -> Folder:
+    path = Path(path)
+    kind = folder_kind(path)
+    if kind == "mlx":
+        config = _read_json(path / MLX_CONFIG)
+        if "stream_config" not in config:
+            raise SpecstreamError(
+                f"{path} is an MLX LoRA folder without streams: only stream adapters convert"
+            )
+        return Folder("mlx", config, read_tensors(path / MLX_WEIGHTS))
+    config = _read_json(path / TORCH_CONFIG)
+    streams = read_tensors(path / TORCH_STREAMS)
+    folder = Folder("torch", config, streams)
+    if folder.stream_config.mode == "shared":
+        for name in (PEFT_CONFIG, PEFT_WEIGHTS):
+            if not (path / name).is_file():
+                raise SpecstreamError(f"a shared-mode adapter needs its PEFT LoRA: {path / name}")
+        folder.peft_config = _read_json(path / PEFT_CONFIG)
+        folder.lora = read_tensors(path / PEFT_WEIGHTS)
+    return folder
+
+
+def write_folder(path: str | os.PathLike, folder: Folder, overwrite: bool = False) -> Path:
+    """Write atomically: built beside the target, then renamed into place."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise SpecstreamError(f"output folder exists: {path} (pass --overwrite to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp.chmod(0o755)
+    try:
+        if folder.kind == "mlx":
+            save_file(_contiguous(folder.tensors), str(tmp / MLX_WEIGHTS))
+            _write_json(tmp / MLX_CONFIG, folder.config)
+        else:
+            save_file(_contiguous(folder.tensors), str(tmp / TORCH_STREAMS))
+            _write_json(tmp / TORCH_CONFIG, folder.config)
+            if folder.peft_config is not None:
+                save_file(_contiguous(folder.lora), str(tmp / PEFT_WEIGHTS))
+                _write_json(tmp / PEFT_CONFIG, folder.peft_config)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def torch_to_mlx(src: Folder) -> tuple[Folder, dict[str, str]]:
+    """The MLX folder of a PyTorch one, and for each MLX tensor name the name it came from."""
+    cfg = src.stream_config
+    tensors, origin, problems = {}, {}, []
+    for name, value in src.tensors.items():
+        mlx_name, transpose = _rename(name, _STREAM_T2M)
+        if mlx_name is None:
+            problems.append(f"unexpected tensor {name} in {TORCH_STREAMS}")
+            continue
+        tensors[mlx_name], origin[mlx_name] = (value.T if transpose else value), name
+    if cfg.mode == "shared":
+        _check_peft_config(src.peft_config, cfg, problems)
+        for name, value in src.lora.items():
+            m = _PEFT_LORA.match(name)
+            if m is None or m[2] not in LORA_MODULES.values():
+                problems.append(f"unexpected tensor {name} in {PEFT_WEIGHTS}")
+                continue
+            mlx_name = f"{MLX_LORA_PREFIX}{m[1]}.lora_{m[3].lower()}"
+            tensors[mlx_name], origin[mlx_name] = value.T, name
+    if problems:
+        raise SpecstreamError("cannot convert: " + "; ".join(_cut(problems)))
+    config = {k: v for k, v in src.config.items() if k != "shapes"}
+    config["shapes"] = {name: list(v.shape) for name, v in tensors.items()}
+    return Folder("mlx", config, tensors), origin
+
+
+def mlx_to_torch(src: Folder) -> tuple[Folder, dict[str, str]]:
+    """The PyTorch folder of an MLX one, and for each torch tensor name the MLX name."""
+    cfg = src.stream_config
+    streams, lora, origin, problems = {}, {}, {}, []
+    for name, value in src.tensors.items():
+        m = _MLX_LORA.match(name)
+        if m is not None and cfg.mode == "shared":
+            peft_name = f"{PEFT_PREFIX}{m[1]}.lora_{m[3].upper()}.weight"
+            lora[peft_name], origin[peft_name] = value.T, name
+            continue
+        torch_name, transpose = _rename(name, _STREAM_M2T)
+        if torch_name is None:
+            problems.append(f"unexpected tensor {name} in {MLX_WEIGHTS}")
+            continue
+        streams[torch_name], origin[torch_name] = (value.T if transpose else value), name
+    if problems:
+        raise SpecstreamError("cannot convert: " + "; ".join(_cut(problems)))
+    config = {k: v for k, v in src.config.items() if k != "shapes"}
+    config["shapes"] = {name: list(v.shape) for name, v in {**streams, **lora}.items()}
+    peft = None
+    if cfg.mode == "shared":
+        targets = sorted({_short(_MLX_LORA.match(n)[2]) for n in src.tensors if _MLX_LORA.match(n)})
+        peft = peft_config(cfg, targets, src.config.get("base_model", {}).get("name"))
+    return Folder("torch", config, streams, lora, peft), origin
+
+
+def peft_config(cfg: StreamConfig, targets: list[str], base_name: str | None) -> dict:
+    """A peft LoraConfig (as `save_pretrained` writes it) for shared mode's LoRA layers."""
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_name,
+        "r": cfg.lora_rank,
+        "lora_alpha": cfg.lora_scale * cfg.lora_rank,
+        "lora_dropout": 0.0,
+        "target_modules": targets,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
+        "layers_to_transform": None,
+        "layers_pattern": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "inference_mode": True,
+    }
+
+
+def check_against(
+    folder: Folder, fingerprint: dict, expected: dict[str, tuple], origin: dict[str, str]
+) -> None:
+    """Refuse a converted MLX folder that does not fit the target base: the fingerprint fields
+    that differ, then every missing, unexpected and misshapen tensor, named in both formats."""
+    theirs = folder.config.get("base_model", {}).get("fingerprint")
+    problems = []
+    if theirs is not None:
+        problems += [
+            f"base {key}: adapter has {theirs.get(key)!r}, target base has {fingerprint[key]!r}"
+            for key in fingerprint
+            if theirs.get(key) != fingerprint[key]
+        ]
+
+    def named(n):
+        return f"{n} (from {origin[n]})" if n in origin and origin[n] != n else n
+
+    have = folder.tensors
+    problems += [
+        f"missing tensor {n} {list(expected[n])}" for n in sorted(set(expected) - set(have))
+    ]
+    problems += [f"unexpected tensor {named(n)}" for n in sorted(set(have) - set(expected))]
+    problems += [
+        f"{named(n)}: shape {list(have[n].shape)}, expected {list(expected[n])}"
+        for n in sorted(set(have) & set(expected))
+        if tuple(have[n].shape) != tuple(expected[n])
+    ]
+    if problems:
+        raise SpecstreamError(
+            "the adapter does not fit the target base: " + "; ".join(_cut(problems))
+        )
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """A safetensors file as numpy arrays; bfloat16 tensors are widened to float32 (exact)."""
+    try:
+        return load_file(str(path))
+    except TypeError:  # numpy has no bfloat16: read those tensors from the raw bytes
+        return _read_with_bfloat16(path)
+    except Exception as exc:  # safetensors raises its own error types on broken files
+        raise SpecstreamError(f"cannot read {path}: corrupt or truncated ({exc})") from None
+
+
+def _read_with_bfloat16(path: Path) -> dict[str, np.ndarray]:
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    header.pop("__metadata__", None)
+    dtypes = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64}
+    out = {}
+    for name, info in header.items():
+        start, end = (8 + size + o for o in info["data_offsets"])
+        if info["dtype"] == "BF16":
+            bits = np.frombuffer(raw[start:end], np.uint16).astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(info["shape"])
+        elif info["dtype"] in dtypes:
+            out[name] = np.frombuffer(raw[start:end], dtypes[info["dtype"]]).reshape(info["shape"])
+        else:
+            raise SpecstreamError(f"{path}: tensor {name} has unsupported dtype {info['dtype']}")
+    return out
+
+
+def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]) -> None:
+    """Only what the MLX runtime computes: LoRA on every linear layer of every block, one rank,
+    scale alpha / r, no DoRA, no bias, no fully trained modules."""
+    if not isinstance(peft, dict):
+        problems.append(f"{PEFT_CONFIG} is not a JSON object")
+        return
+    if peft.get("peft_type", "LORA") != "LORA":
+        problems.append(f"PEFT type {peft.get('peft_type')!r} is not LORA")
+    targets = peft.get("target_modules")
+    if targets == "all-linear":
+        targets = list(LORA_MODULES)
+    elif isinstance(targets, str):
+        problems.append(f"target_modules given as a pattern ({targets!r}): list the module names")
+        targets = []
+    unknown = sorted(set(targets or []) - set(LORA_MODULES))
+    if unknown:
+        problems.append(f"unknown PEFT target modules {unknown} (known: {', '.join(LORA_MODULES)})")
+    lacking = sorted(set(LORA_MODULES) - set(targets or []))
+    if targets and lacking:
+        problems.append(
+            f"PEFT target_modules lacks {lacking}: the MLX runtime puts LoRA on every linear "
+            "layer of every block (train with target_modules='all-linear')"
+        )
+    if peft.get("use_dora"):
+        problems.append("PEFT use_dora=True is not supported by the MLX runtime")
+    for key in ("modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern"):
+        if peft.get(key) not in (None, {}, []):
+            problems.append(f"PEFT {key}={peft[key]!r} is not supported by the MLX runtime")
+    if peft.get("bias", "none") != "none":
+        problems.append(f"PEFT bias={peft.get('bias')!r} is not supported (only 'none')")
+    r, alpha = peft.get("r"), peft.get("lora_alpha")
+    if not isinstance(r, int) or not isinstance(alpha, (int, float)) or r < 1:
+        problems.append(f"{PEFT_CONFIG} needs an integer r and a number lora_alpha")
+        return
+    scale = alpha / (math.sqrt(r) if peft.get("use_rslora") else r)
+    if r != cfg.lora_rank or not math.isclose(scale, cfg.lora_scale, rel_tol=1e-6):
+        problems.append(
+            f"PEFT r={r}, lora_alpha={alpha} (scale {scale:g}) disagree with the stream config's "
+            f"lora_rank={cfg.lora_rank}, lora_scale={cfg.lora_scale:g}"
+        )
+
+
+def _rename(name: str, table) -> tuple[str | None, bool]:
+    for pattern, new, transpose in table:
+        m = pattern.match(name)
+        if m is not None:
+            return new(m), transpose
+    return None, False
+
+
+def _short(module_path: str) -> str:
+    return module_path.rsplit(".", 1)[-1]
+
+
+def _contiguous(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+
+
+def _cut(problems: list[str], shown: int = 30) -> list[str]:
+    more = len(problems) - shown
+    return problems[:shown] + ([f"... {more} more"] if more > 0 else [])
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecstreamError(f"unreadable {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecstreamError(f"unreadable {path}: not a JSON object")
+    return data
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")

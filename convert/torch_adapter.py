@@ -1,0 +1,155 @@
+"""PyTorch adapter folders on a torch base: save the streams (and shared mode's PEFT LoRA), load
+them back, checked against the base. MLX folders load too (converted in memory)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.streams.config import StreamConfig
+
+from .adapter_format import (
+    FORMAT_VERSION,
+    LORA_MODULES,
+    Folder,
+    mlx_to_torch,
+    peft_config,
+    read_folder,
+    write_folder,
+)
+from .torch_base import TorchBase
+from .torch_streams import TorchStreams
+
+
+def lora_config(cfg: StreamConfig):
+    """Shared mode's LoRA as PEFT builds it: every linear layer of every block."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_scale * cfg.lora_rank,
+        lora_dropout=0.0,
+        target_modules=list(LORA_MODULES),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def add_lora(base: TorchBase, cfg: StreamConfig) -> None:
+    """Wrap the base in PEFT LoRA layers (B = 0: the output is unchanged until trained)."""
+    from peft import get_peft_model
+
+    if hasattr(base.model, "peft_config"):
+        raise SpecstreamError("the base already carries LoRA layers")
+    base.model = get_peft_model(base.model, lora_config(cfg))
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu").numpy()
+
+
+def save_torch_adapter(
+    folder: str | os.PathLike,
+    streams: TorchStreams,
+    base: TorchBase,
+    extra: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a PyTorch adapter folder atomically (see adapter_format for the layout)."""
+    cfg = streams.config
+    tensors = {k: _numpy(v.float()) for k, v in streams.state_dict().items()}
+    lora, peft = {}, None
+    if cfg.mode == "shared":
+        from peft import get_peft_model_state_dict
+
+        if not hasattr(base.model, "peft_config"):
+            raise SpecstreamError("a shared-mode adapter needs the base's PEFT LoRA layers")
+        lora = {k: _numpy(v.float()) for k, v in get_peft_model_state_dict(base.model).items()}
+        peft = peft_config(cfg, sorted(LORA_MODULES), base.name)
+    config = {
+        "format_version": FORMAT_VERSION,
+        "stream_config": cfg.to_dict(),
+        "base_model": {"name": base.name, "fingerprint": base.fingerprint()},
+        "shapes": {k: list(v.shape) for k, v in {**tensors, **lora}.items()},
+        **(extra or {}),
+    }
+    return write_folder(folder, Folder("torch", config, tensors, lora, peft), overwrite)
+
+
+def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStreams:
+    """Read a PyTorch (or MLX) adapter folder for `base`: its streams, and in shared mode its
+    LoRA put on the base through PEFT. One error lists every mismatch."""
+    src = read_folder(folder)
+    if src.kind == "mlx":
+        src, _ = mlx_to_torch(src)
+    cfg = src.stream_config.validate(base.config["num_hidden_layers"])
+    theirs = src.config.get("base_model", {}).get("fingerprint", {})
+    ours = base.fingerprint()
+    problems = [
+        f"base {k}: adapter has {theirs.get(k)!r}, model has {ours[k]!r}"
+        for k in ours
+        if theirs.get(k) != ours[k]
+    ]
+    if problems:
+        raise SpecstreamError(f"adapter {folder} was made for another base: " + "; ".join(problems))
+    streams = TorchStreams(cfg, base.config["hidden_size"])
+    expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
+    have = {k: tuple(v.shape) for k, v in src.tensors.items()}
+    if cfg.mode == "shared":
+        expected.update(expected_lora(base, cfg.lora_rank))
+        have.update({k: tuple(v.shape) for k, v in src.lora.items()})
+    problems = [f"missing tensor {k} {list(s)}" for k, s in expected.items() if k not in have]
+    problems += [f"unexpected tensor {k}" for k in have if k not in expected]
+    problems += [
+        f"{k}: shape {list(have[k])}, expected {list(s)}"
+        for k, s in expected.items()
+        if k in have and have[k] != s
+    ]
+    if problems:
+        raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
+    state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in src.tensors.items()}
+    streams.load_state_dict(state)
+    streams.to(base.device)
+    if cfg.mode == "shared":
+        _put_lora(base, src)
+    else:
+        remove_lora(base)
+    return streams
+
+
+def expected_lora(base: TorchBase, rank: int) -> dict[str, tuple[int, int]]:
+    """PEFT tensor name -> shape of shared mode's LoRA on every linear layer of every block."""
+    lm = base.model.get_base_model() if hasattr(base.model, "peft_config") else base.model
+    out = {}
+    for i, layer in enumerate(lm.model.layers):
+        for path in LORA_MODULES.values():
+            linear = layer.get_submodule(path)
+            linear = getattr(linear, "base_layer", linear)  # already wrapped by PEFT
+            key = f"base_model.model.model.layers.{i}.{path}"
+            out[f"{key}.lora_A.weight"] = (rank, linear.in_features)
+            out[f"{key}.lora_B.weight"] = (linear.out_features, rank)
+    return out
+
+
+def remove_lora(base: TorchBase) -> None:
+    """Take PEFT's LoRA layers off (unmerged): the base as loaded."""
+    if hasattr(base.model, "peft_config"):
+        base.model = base.model.unload()
+
+
+def _put_lora(base: TorchBase, src: Folder) -> None:
+    from peft import PeftModel
+
+    remove_lora(base)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_folder(Path(tmp) / "a", Folder("torch", src.config, {}, src.lora, src.peft_config))
+        try:
+            base.model = PeftModel.from_pretrained(base.model, str(Path(tmp) / "a"))
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise SpecstreamError(f"cannot load the adapter's LoRA: {exc}") from None
+    base.model.eval()

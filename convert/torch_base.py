@@ -1,0 +1,103 @@
+"""Loading a base model on the torch side: the default model (dequantized from the same GGUF the
+MLX runtime reads), any `.gguf` file, or a Hugging Face folder or hub id. The GGUF goes through
+transformers' own GGUF loader, which dequantizes in float32 as llama.cpp does (and as the MLX
+loader does since it casts the scales first), so both sides run bit-identical weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.models.default import DEFAULT_MODEL, default_gguf_path
+from specstream_mlx.streams.fingerprint import fingerprint
+
+# Families whose attention block has separate q/k/v/o projections and a gated MLP (optionally
+# q/k norms and biases): the layer loop in torch_streams runs them. phi3 fuses qkv: not here.
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class TorchBase:
+    """A transformers causal LM with its tokenizer, as the torch decoder and trainer use it."""
+
+    model: torch.nn.Module  # a *ForCausalLM (PEFT wraps it in place for shared-mode LoRA)
+    tokenizer: object
+    name: str
+    config: dict
+    _fingerprint: dict | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        eos = self.config.get("eos_token_id")
+        ids = set(eos) if isinstance(eos, list) else {eos} if eos is not None else set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def fingerprint(self) -> dict:
+        """The same fingerprint the MLX runtime checks adapters against."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.config, self.tokenizer.get_vocab())
+        return dict(self._fingerprint)
+
+    def encode_chat(self, prompt: str) -> list[int]:
+        """A user turn through the chat template with the assistant's turn opened (the same ids
+        as the MLX runtime's `encode_prompt`)."""
+        messages = [{"role": "user", "content": prompt}]
+        if getattr(self.tokenizer, "chat_template", None):
+            return chat_ids(self.tokenizer, messages, add_generation_prompt=True)
+        return list(self.tokenizer.encode(prompt))
+
+
+def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    """`apply_chat_template` as a list of ids (transformers 5 returns an encoding object)."""
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True
+    )
+    if hasattr(out, "keys") and "input_ids" in out.keys():
+        out = out["input_ids"]
+    return list(out)
+
+
+def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float32") -> TorchBase:
+    """Load a base model for the torch path (see the module docstring for names)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging
+
+    if dtype not in _DTYPES:
+        raise SpecstreamError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    logging.disable_progress_bar()
+    kwargs = {}
+    if name in (None, "", "default", DEFAULT_MODEL):
+        gguf = default_gguf_path()
+        folder, kwargs = gguf.parent, {"gguf_file": gguf.name}
+    else:
+        path = Path(name).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            folder, kwargs = path.parent, {"gguf_file": path.name}
+        elif path.is_file():
+            raise SpecstreamError(f"model file {path} is not a .gguf file (or give a folder)")
+        else:
+            folder = path if path.exists() else name  # a folder, or a hub id (local cache)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_DTYPES[dtype], **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+    except (OSError, ValueError, ImportError) as exc:
+        raise SpecstreamError(f"cannot load model {name or DEFAULT_MODEL!r}: {exc}") from None
+    config = model.config.to_dict()
+    if config.get("model_type") not in SUPPORTED:
+        raise SpecstreamError(
+            f"the torch path supports {', '.join(SUPPORTED)}; this model is "
+            f"{config.get('model_type')!r}"
+        )
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return TorchBase(model, tokenizer, name or DEFAULT_MODEL, config)

@@ -1,0 +1,264 @@
+"""Training stream adapters in PyTorch (CUDA or CPU), both modes, with the loss of eq. 6 as the
+MLX trainer computes it (specstream_mlx/training/forward.py):
+
+- lossless: the base is frozen; every position with a stream target carries gamma streams in the
+  MSA layers; loss = sum_j NLL(stream j) + the pruning head's next-token NLL;
+- shared: PEFT LoRA on every linear layer of every block, trained with the streams; loss =
+  NLL(main stream) + 0.1 * sum_j NLL(stream j) + the pruning head's NLL.
+
+Data: the MLX trainer's jsonl shapes and writing-tool tasks (specstream_mlx.training.data, which
+is mlx-free). Writes a PyTorch adapter folder; `specstream convert` turns it into an MLX one.
+
+    python -m convert.torch_train --data train.jsonl --mode shared --steps 200 --out my_adapter
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.training.positions import (
+    segment,
+    shared_stream_positions,
+    stream_positions,
+)
+
+from .torch_adapter import add_lora, save_torch_adapter
+from .torch_base import TorchBase, chat_ids, load_base
+from .torch_streams import TorchStreams, View, chain, lower_layers, msa_layers
+
+
+@dataclass
+class Losses:
+    total: torch.Tensor
+    stream_nll: list[float]
+    prune_nll: float
+    main_nll: float | None
+    stream_hits: list[tuple[int, int]]  # (correct, counted) per stream
+
+
+def sequence_loss(
+    view: View,
+    streams: TorchStreams,
+    ids: list[int],
+    loss_mask: list[bool],
+    positions: np.ndarray | None = None,
+    alpha_main: float = 1.0,
+    alpha_stream: float = 0.1,
+) -> Losses:
+    """The loss of one sequence (see the module docstring). Lossless mode: `positions` (default:
+    every position with a stream target) carry streams."""
+    cfg = streams.config
+    mask_np, t = np.asarray(loss_mask, bool), len(ids)
+    ids_t = view.tensor(ids).long()
+    shared = cfg.mode == "shared"
+    n_low = len(view.layers) - cfg.n_msa_layers
+    with torch.set_grad_enabled(shared and torch.is_grad_enabled()):  # lossless: frozen
+        h_low = lower_layers(view, n_low, chain(ids), None, 0)  # (1, T, d)
+    if shared:
+        carry = shared_stream_positions(cfg, mask_np)
+        positions = np.intersect1d(stream_positions(mask_np, cfg.gamma), carry)
+        index = np.searchsorted(carry, positions)
+    else:
+        carry = stream_positions(mask_np, cfg.gamma) if positions is None else positions
+        positions, index = carry, np.arange(len(carry))
+    anc = np.tril(np.ones((t, t), bool))
+    depths = torch.arange(t, device=view.device)
+    x = msa_layers(view, streams, h_low, depths, anc, None, 0, stream_nodes=carry)
+    hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[view.tensor(index).long()]
+
+    # stream j of position p predicts token p + 1 + j, where that token is a target
+    pairs = [
+        (i, j)
+        for j in range(1, cfg.gamma + 1)
+        for i, p in enumerate(positions)
+        if p + 1 + j < t and mask_np[p + 1 + j]
+    ]
+    total = torch.zeros((), device=view.device)
+    stream_nll, hits = [], []
+    if pairs:
+        rows = view.tensor([i for i, _ in pairs]).long()
+        js = view.tensor([j for _, j in pairs]).long()
+        logits = view.head(hidden[rows, js - 1]).float()
+        targets = ids_t[view.tensor(positions).long()[rows] + 1 + js]
+        nll = F.cross_entropy(logits, targets, reduction="none")
+        correct = logits.argmax(-1) == targets
+        for j in range(1, cfg.gamma + 1):
+            sel = js == j
+            n = int(sel.sum())
+            term = nll[sel].mean() if n else torch.zeros((), device=view.device)
+            total = total + (alpha_stream if shared else 1.0) * term
+            stream_nll.append(float(term))
+            hits.append((int(correct[sel].sum()), n))
+    # the pruning head: next-token NLL on the hidden state at the pruning point (its own
+    # parameters only), over the rows the streams span (lossless) or every target (shared)
+    targets_at = mask_np[1:].copy()  # row r predicts token r + 1
+    if not shared:
+        covered = np.zeros(t - 1, bool)
+        if len(positions):
+            covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
+        targets_at &= covered
+    rows_np = np.nonzero(targets_at)[0]
+    prune_nll = torch.zeros((), device=view.device)
+    if len(rows_np):
+        r = view.tensor(rows_np).long()
+        h = h_low[0, r].detach()
+        prune_logits = view.head(h + streams.prune(h)).float()
+        prune_nll = F.cross_entropy(prune_logits, ids_t[r + 1])
+    total = total + prune_nll
+    main_nll = None
+    if shared:
+        r = view.tensor(np.nonzero(mask_np[1:])[0]).long()
+        main_logits = view.head(x[0, r]).float()
+        main = F.cross_entropy(main_logits, ids_t[r + 1])
+        total = total + alpha_main * main
+        main_nll = float(main)
+    return Losses(total, stream_nll, float(prune_nll), main_nll, hits)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200
+    batch_size: int = 4  # sequences per optimizer step (gradients accumulated)
+    learning_rate: float = 5e-4  # stream parameters
+    lora_learning_rate: float = 5e-5  # shared mode's LoRA (at scale 20, as the MLX trainer)
+    warmup: int = 10
+    segment: int = 64  # lossless: stream positions per sequence per step; 0 = all
+    seed: int = 0
+    log_every: int = 10
+
+
+def train(
+    base: TorchBase,
+    streams: TorchStreams,
+    examples: list,
+    cfg: TrainConfig,
+    log=None,
+) -> list[dict]:
+    """AdamW with warmup and linear decay over `examples` (objects with ids and loss_mask). In
+    shared mode the base must already carry its LoRA layers (add_lora). Returns the log rows."""
+    if not examples:
+        raise SpecstreamError("no training examples")
+    shared = streams.config.mode == "shared"
+    groups = [{"params": list(streams.parameters()), "lr": cfg.learning_rate}]
+    if shared:
+        lora = [p for n, p in base.model.named_parameters() if "lora_" in n]
+        if not lora:
+            raise SpecstreamError("shared mode trains the base's LoRA layers: call add_lora first")
+        for p in lora:
+            p.requires_grad_(True)
+        groups.append({"params": lora, "lr": cfg.lora_learning_rate})
+    optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+    base_lrs = [g["lr"] for g in groups]
+    rng = np.random.RandomState(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    view = View(base.model)
+    base.model.train(False)  # no dropout anywhere: LoRA dropout is 0
+    streams.train()
+    order, cursor, rows = rng.permutation(len(examples)), 0, []
+    start = time.perf_counter()
+    for step in range(1, cfg.steps + 1):
+        scale = min(1.0, step / max(cfg.warmup, 1)) * (1 - (step - 1) / cfg.steps)
+        for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+            group["lr"] = lr * scale
+        optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for _ in range(cfg.batch_size):
+            if cursor == len(order):
+                order, cursor = rng.permutation(len(examples)), 0
+            ex = examples[order[cursor]]
+            cursor += 1
+            positions = None
+            if not shared:
+                every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
+                positions = segment(every, cfg.segment, rng)
+            out = sequence_loss(view, streams, ex.ids, ex.loss_mask, positions)
+            (out.total / cfg.batch_size).backward()
+            losses.append(out)
+        optimizer.step()
+        row = {
+            "step": step,
+            "loss": round(float(np.mean([float(o.total) for o in losses])), 5),
+            "stream_nll": [round(float(np.mean(v)), 4) for v in zip(*[o.stream_nll for o in losses])],
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+        if shared:
+            row["main_nll"] = round(float(np.mean([o.main_nll for o in losses])), 5)
+        if not np.isfinite(row["loss"]):
+            raise SpecstreamError(f"the loss became {row['loss']} at step {step}: lower the lr")
+        rows.append(row)
+        if log is not None and (step % cfg.log_every == 0 or step == cfg.steps):
+            log(row)
+    streams.eval()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specstream_mlx.training.data import load_dataset
+
+    p = argparse.ArgumentParser(prog="python -m convert.torch_train", description=__doc__)
+    p.add_argument("--data", required=True, help="jsonl file, or a data file with --task")
+    p.add_argument("--task", choices=["summarize", "data2text", "sql"], default=None)
+    p.add_argument("--out", required=True, help="the PyTorch adapter folder to write")
+    p.add_argument("--model", default=None, help="HF folder, hub id or .gguf (default: SmolLM2)")
+    p.add_argument("--mode", choices=["lossless", "shared"], default="lossless")
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--n-msa-layers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lora-lr", type=float, default=5e-5)
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--limit", type=int, default=None, help="use the first N examples")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        base = load_base(args.model, device=args.device)
+        tokenizer = _ChatIds(base.tokenizer)
+        data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
+        examples = data.examples[: args.limit]
+        config = StreamConfig(gamma=args.gamma, n_msa_layers=args.n_msa_layers, mode=args.mode)
+        config.validate(base.config["num_hidden_layers"])
+        torch.manual_seed(args.seed)
+        streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
+        if args.mode == "shared":
+            add_lora(base, config)
+        cfg = TrainConfig(args.steps, args.batch_size, args.lr, args.lora_lr, seed=args.seed)
+        rows = train(base, streams, examples, cfg, log=lambda r: print(json.dumps(r), flush=True))
+        extra = {"training": {"data": str(args.data), "examples": len(examples), **vars(cfg)}}
+        extra["training"]["last"] = rows[-1]
+        out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
+    except SpecstreamError as exc:
+        print(f"convert.torch_train: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} (for the Mac: specstream convert --from {out} --to {out}-mlx)")
+    return 0
+
+
+class _ChatIds:
+    """The tokenizer with `apply_chat_template` returning plain id lists (what the mlx-free
+    data module expects; transformers 5 returns an encoding object)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
+        return chat_ids(self.tokenizer, messages, add_generation_prompt)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
