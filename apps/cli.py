@@ -8,6 +8,7 @@ import sys
 from . import (
     bench_cmd,
     chat_cmd,
+    convert_cmd,
     distill_cmd,
     export_cmd,
     generate_cmd,
@@ -23,6 +24,7 @@ SUBCOMMANDS = (
     write_cmd,
     serve_cmd,
     export_cmd,
+    convert_cmd,
     distill_cmd,
     train_cmd,
     bench_cmd,

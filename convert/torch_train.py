@@ -84,7 +84,7 @@ def sequence_loss(
         if p + 1 + j < t and mask_np[p + 1 + j]
     ]
     total = torch.zeros((), device=view.device)
-    stream_nll, hits = [], []
+    stream_nll, hits = [0.0] * cfg.gamma, [(0, 0)] * cfg.gamma
     if pairs:
         rows = view.tensor([i for i, _ in pairs]).long()
         js = view.tensor([j for _, j in pairs]).long()
@@ -97,8 +97,8 @@ def sequence_loss(
             n = int(sel.sum())
             term = nll[sel].mean() if n else torch.zeros((), device=view.device)
             total = total + (alpha_stream if shared else 1.0) * term
-            stream_nll.append(float(term))
-            hits.append((int(correct[sel].sum()), n))
+            stream_nll[j - 1] = float(term.detach())
+            hits[j - 1] = (int(correct[sel].sum()), n)
     # the pruning head: next-token NLL on the hidden state at the pruning point (its own
     # parameters only), over the rows the streams span (lossless) or every target (shared)
     targets_at = mask_np[1:].copy()  # row r predicts token r + 1
@@ -121,8 +121,8 @@ def sequence_loss(
         main_logits = view.head(x[0, r]).float()
         main = F.cross_entropy(main_logits, ids_t[r + 1])
         total = total + alpha_main * main
-        main_nll = float(main)
-    return Losses(total, stream_nll, float(prune_nll), main_nll, hits)
+        main_nll = float(main.detach())
+    return Losses(total, stream_nll, float(prune_nll.detach()), main_nll, hits)
 
 
 @dataclass
@@ -188,7 +188,7 @@ def train(
         row = {
             "step": step,
             "loss": round(float(np.mean([float(o.total) for o in losses])), 5),
-            "stream_nll": [round(float(np.mean(v)), 4) for v in zip(*[o.stream_nll for o in losses])],
+            "stream_nll": np.mean([o.stream_nll for o in losses], axis=0).round(4).tolist(),
             "seconds": round(time.perf_counter() - start, 2),
         }
         if shared:

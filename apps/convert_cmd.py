@@ -1,0 +1,98 @@
+"""`specstream convert`: a PyTorch adapter folder (streams + PEFT LoRA) to an MLX one, or back.
+
+The direction follows the source folder. Before anything is written the result is checked
+against the target base model (its fingerprint, and every tensor's name and shape); the output
+folder is written atomically. Needs neither torch nor PEFT.
+"""
+
+from __future__ import annotations
+
+HELP = "convert a stream adapter between the PyTorch (PEFT) and MLX formats"
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("convert", help=HELP, description=HELP)
+    p.add_argument("--from", dest="source", required=True, help="adapter folder to convert")
+    p.add_argument("--to", dest="target", required=True, help="output folder (written atomically)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="the base model to check against (default: the one the adapter names)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="convert without loading the base model (names and shapes are not checked)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from specstream_convert import adapter_format as af
+
+    from specstream_mlx import SpecstreamError
+
+    source = Path(args.source)
+    if not source.exists():  # a shipped adapter's name ("chat", "sql", ...)
+        from specstream_mlx.streams.adapter_io import resolve_adapter
+
+        source = resolve_adapter(args.source)
+    src = af.read_folder(source)
+    if Path(args.target).resolve() == source.resolve():
+        raise SpecstreamError("--to must differ from --from")
+    if Path(args.target).exists() and not args.overwrite:
+        raise SpecstreamError(f"output folder exists: {args.target} (pass --overwrite)")
+    cfg = src.stream_config
+    if src.kind == "torch":
+        out, origin = af.torch_to_mlx(src)
+        mlx_side = out
+    else:
+        out, origin = af.mlx_to_torch(src)
+        mlx_side, origin = src, {}
+    checked = "not checked (--no-check)"
+    loaded = None
+    if not args.no_check:
+        loaded = _base(args.model, src)
+        fingerprint, expected = _expected(loaded, cfg)
+        af.check_against(mlx_side, fingerprint, expected, origin)
+        checked = f"checked against {loaded.name}"
+    written = af.write_folder(args.target, out, overwrite=args.overwrite)
+    if loaded is not None and out.kind == "mlx":
+        from specstream_mlx.streams.adapter_io import read_adapter
+
+        read_adapter(written, loaded)  # the runtime itself accepts it
+    n = len(out.tensors) + len(out.lora)
+    print(f"wrote {written}: {src.kind} -> {out.kind}, {cfg.mode} mode, {n} tensors, {checked}")
+    return 0
+
+
+def _base(name, src):
+    from specstream_mlx import SpecstreamError, load_model
+
+    name = name or src.config.get("base_model", {}).get("name")
+    try:
+        return load_model(name)
+    except SpecstreamError as exc:
+        raise SpecstreamError(
+            f"cannot load the base model to check against ({exc}); name it with --model, "
+            "or pass --no-check"
+        ) from None
+
+
+def _expected(loaded, cfg):
+    """The target base's fingerprint, and MLX tensor name -> shape of an adapter with `cfg`."""
+    from mlx.utils import tree_flatten
+
+    from specstream_mlx.streams.adapter_io import base_fingerprint
+    from specstream_mlx.streams.lora import expected_lora_shapes
+    from specstream_mlx.streams.params import StreamParams
+
+    cfg.validate(loaded.config["num_hidden_layers"])
+    params = StreamParams(cfg, loaded.config["hidden_size"])
+    expected = {k: tuple(v.shape) for k, v in tree_flatten(params.parameters())}
+    if cfg.mode == "shared":
+        expected.update(expected_lora_shapes(loaded.model, cfg.lora_rank))
+    return base_fingerprint(loaded), expected
