@@ -262,12 +262,15 @@ def speculative_decode(
     max_tokens: int,
     draft: bool = True,
     lookup: LookupConfig | None = None,
+    draft_override=None,
 ) -> Iterator[Step]:
     """Greedy Speculative Streaming (the MLX runtime's speculative_decode): each pass verifies
     the previous draft and drafts the next one from the streams of the last accepted node.
     draft=False decides one token per pass with the streams still computed (plain decoding of a
     shared-mode model, whose main stream attends to its own streams). `lookup` drafts the prompt
-    lookup chain instead of the streams' tree whenever the context has a match."""
+    lookup chain instead of the streams' tree whenever the context has a match.
+    `draft_override` (a test hook, as on the MLX side): given the tokens decided so far, the
+    tokens each stream should propose."""
     view, cfg = View(model), streams.config
     n_low = len(view.layers) - cfg.n_msa_layers
     caches = [LayerCache() for _ in view.layers]
@@ -294,7 +297,9 @@ def speculative_decode(
         decided += len(tokens)
         history.extend(tokens)
         root = tokens[-1]
-        if draft and depth > 0:
+        if draft and depth > 0 and draft_override is not None:
+            stream_tokens = draft_override(history)
+        elif draft and depth > 0:
             stream_tokens = top_k_ids(stream_logits[path[-1]], cfg.top_k).tolist()
         else:
             stream_tokens = []

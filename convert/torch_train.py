@@ -187,7 +187,7 @@ def train(
         optimizer.step()
         row = {
             "step": step,
-            "loss": round(float(np.mean([float(o.total) for o in losses])), 5),
+            "loss": round(float(np.mean([float(o.total.detach()) for o in losses])), 5),
             "stream_nll": np.mean([o.stream_nll for o in losses], axis=0).round(4).tolist(),
             "seconds": round(time.perf_counter() - start, 2),
         }

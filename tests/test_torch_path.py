@@ -1,0 +1,445 @@
+"""The PyTorch path (convert/): parity with the MLX runtime on the same weights and adapters, the
+torch decoder's exactness, the converter's round trips and its refusals."""
+
+import json
+import shutil
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mlx.utils import tree_flatten, tree_unflatten
+from safetensors.numpy import load_file, save_file
+from specstream_apps.cli import main as cli
+
+import specstream_mlx as ss
+from convert import adapter_format as af
+from convert.torch_adapter import add_lora, load_torch_adapter, save_torch_adapter
+from convert.torch_base import load_base
+from convert.torch_streams import (
+    LayerCache,
+    TorchStreams,
+    View,
+    hf_greedy,
+    prefill,
+    speculative_decode,
+    tree_forward,
+)
+from convert.torch_train import TrainConfig, _ChatIds, train
+from specstream_mlx.decoding import tree_step
+from specstream_mlx.decoding.plain import make_cache
+from specstream_mlx.decoding.speculative import _prefill
+from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
+from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.adapter_io import SHIPPED_DIR, load_adapter, save_adapter
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.lora import apply_lora, remove_lora
+from specstream_mlx.streams.params import StreamParams
+from specstream_mlx.training.data import load_dataset
+
+from .conftest import DATA
+
+TORCH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # phi3 fuses q/k/v: MLX only
+TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def pairs(tiny_folders):
+    """family -> (MLX LoadedModel, TorchBase) of the same tiny folder."""
+    return {
+        f: (ss.load(str(tiny_folders[f])), load_base(str(tiny_folders[f]))) for f in TORCH_FAMILIES
+    }
+
+
+def mlx_adapter(loaded, folder, mode, seed=0, **config):
+    """A saved MLX adapter with random streams (and random LoRA in shared mode)."""
+    cfg = StreamConfig(mode=mode, **config).validate(loaded.config["num_hidden_layers"])
+    params = StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
+    if mode == "shared":
+        apply_lora(loaded.model, cfg.lora_rank, cfg.lora_scale)
+        lora = tree_flatten(loaded.model.trainable_parameters())
+        keys = mx.random.split(mx.random.key(seed + 1), len(lora))
+        loaded.model.update(
+            tree_unflatten(
+                [
+                    (n, mx.random.normal(v.shape, key=k) * 0.05)
+                    for (n, v), k in zip(lora, keys, strict=True)
+                ]
+            )
+        )
+    try:
+        return save_adapter(folder, params, loaded), params
+    finally:
+        if mode == "shared":
+            remove_lora(loaded.model)
+
+
+def one_tree_step(loaded, params, base, streams, prompt, tree):
+    """Both runtimes' outputs for one tree step after the same prefill."""
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    caches = make_cache(loaded.model)
+    if params.config.mode == "shared" and params.config.prompt_streams:
+        tree_step.prefill_with_streams(arch, params, prompt[:-1], caches, 512)
+    else:
+        _prefill(loaded.model, prompt[:-1], caches)
+    out = tree_step.tree_forward(arch, params, tree, caches, caches[0].offset)
+    view = View(base.model)
+    torch_caches = [LayerCache() for _ in view.layers]
+    with torch.inference_mode():
+        prefill(view, streams, prompt[:-1], torch_caches)
+        survivors, main, stream = tree_forward(view, streams, tree, torch_caches)
+    return out, survivors, main.numpy(), stream.numpy()
+
+
+def decode_both(loaded, params, base, streams, prompt, n, **kw):
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    m = list(mlx_decode(loaded.model, arch, params, prompt, n))
+    t = list(speculative_decode(base.model, streams, prompt, n, **kw))
+    return m, t
+
+
+@pytest.mark.parametrize("family", TORCH_FAMILIES)
+@pytest.mark.parametrize("mode", ["lossless", "shared"])
+def test_tiny_logits_tokens_and_tau_agree_with_mlx(pairs, family, mode, tmp_path):
+    loaded, base = pairs[family]
+    config = dict(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=6, prune_threshold=0.01)
+    folder, params = mlx_adapter(loaded, tmp_path / "a", mode, seed=3, **config)
+    params = load_adapter(folder, loaded)
+    streams = load_torch_adapter(folder, base)  # an MLX folder, converted in memory
+    try:
+        prompt = encode_prompt(loaded, "parity of the two runtimes")
+        tree = draft_tree(prompt[-1], [[5, 70], [9, 11], [100, 3]])
+        out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
+        assert survivors == out.survivors and len(survivors) < len(tree)  # pruned alike
+        assert np.abs(np.array(out.main_logits) - main).max() < TOL
+        assert np.abs(np.array(out.stream_logits) - stream).max() < TOL
+        m, t = decode_both(loaded, params, base, streams, prompt, 24)
+        assert [s.tokens for s in m] == [s.tokens for s in t]  # tokens, and per pass: tau
+        assert [s.tree_nodes_kept for s in m] == [s.tree_nodes_kept for s in t]
+    finally:
+        remove_lora(loaded.model)
+        if mode == "shared":
+            from convert.torch_adapter import remove_lora as remove_torch_lora
+
+            remove_torch_lora(base)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(TORCH_FAMILIES),
+    gamma=st.integers(1, 4),
+    top_k=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    threshold=st.sampled_from([0.0, 1e-3, 0.2]),
+    cap=st.integers(1, 20),
+    prompt=st.lists(st.integers(0, 255), min_size=1, max_size=20),
+    length=st.integers(1, 20),
+    noise=st.integers(0, 3),
+    seed=st.integers(0, 1000),
+)
+def test_torch_lossless_decoder_equals_plain_greedy(
+    pairs, family, gamma, top_k, n_msa, threshold, cap, prompt, length, noise, seed
+):
+    """Whatever the drafts (an oracle's true continuation with wrong tokens mixed in, so that
+    paths of every length are accepted), the tokens are those of transformers' own greedy
+    decoding."""
+    _, base = pairs[family]
+    cfg = StreamConfig(
+        gamma=gamma, top_k=top_k, n_msa_layers=n_msa, prune_threshold=threshold, max_tree_nodes=cap
+    )
+    streams = TorchStreams(cfg, base.config["hidden_size"]).randomize(seed)
+    truth = hf_greedy(base.model, prompt, length + gamma + 1)
+    rng = np.random.RandomState(seed)
+
+    def oracle(history):
+        done = len(history) - len(prompt)
+        out = []
+        for j in range(gamma):
+            right = truth[done + j] if done + j < len(truth) else 0
+            wrong = [int(x) for x in rng.randint(0, 256, size=top_k)]
+            row = wrong if rng.randint(0, 4) < noise else [right] + wrong[1:]
+            out.append([row[(i + rng.randint(0, top_k)) % top_k] for i in range(top_k)])
+        return out
+
+    steps = list(speculative_decode(base.model, streams, prompt, length, draft_override=oracle))
+    assert [t for s in steps for t in s.tokens] == truth[:length]
+    random_streams = list(speculative_decode(base.model, streams, prompt, length))
+    assert [t for s in random_streams for t in s.tokens] == truth[:length]
+
+
+def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path):
+    loaded, base = pairs["qwen2"]
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", "shared", seed=5, gamma=2, n_msa_layers=2)
+    streams = load_torch_adapter(folder, base)
+    prompt = list(range(40, 60))
+    plain = [
+        t
+        for s in speculative_decode(base.model, streams, prompt, 20, draft=False)
+        for t in s.tokens
+    ]
+    truth = plain + [0] * 4
+
+    def oracle(history):
+        done = len(history) - len(prompt)
+        return [[truth[done + j]] for j in range(2)]
+
+    steps = list(speculative_decode(base.model, streams, prompt, 20, draft_override=oracle))
+    assert [t for s in steps for t in s.tokens] == plain
+    assert max(len(s.tokens) for s in steps) == 3  # drafts were accepted
+    from convert.torch_adapter import remove_lora as remove_torch_lora
+
+    remove_torch_lora(base)
+
+
+@pytest.fixture(scope="module")
+def default_pair(default_model):
+    return default_model, load_base()
+
+
+def test_default_model_same_weights_and_logits(default_pair):
+    loaded, base = default_pair
+    ours = dict(tree_flatten(loaded.model.parameters()))
+    theirs = base.model.state_dict()
+    assert set(ours) == set(theirs)
+    for name, value in ours.items():  # the same GGUF, dequantized alike: bit for bit
+        assert np.array_equal(np.array(value), theirs[name].numpy()), name
+    ids = encode_prompt(loaded, "What is the capital of France?")
+    mlx_logits = np.array(loaded.model(mx.array(ids)[None])[0])
+    with torch.inference_mode():
+        torch_logits = base.model(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(mlx_logits - torch_logits).max() < TOL
+
+
+@pytest.mark.parametrize("adapter", ["chat", "summarize"])  # lossless, shared
+def test_default_model_with_shipped_adapter_agrees(default_pair, adapter):
+    loaded, base = default_pair
+    params = load_adapter(adapter, loaded)
+    streams = load_torch_adapter(SHIPPED_DIR / adapter, base)
+    try:
+        prompt = encode_prompt(
+            loaded,
+            "Summarize in two sentences: The Eiffel Tower is a wrought-iron lattice tower on "
+            "the Champ de Mars in Paris, France. It is named after the engineer Gustave Eiffel, "
+            "whose company designed and built the tower from 1887 to 1889.",
+        )
+        tree = draft_tree(prompt[-1], [[504, 1030], [3575, 28]])
+        out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
+        assert survivors == out.survivors
+        assert np.abs(np.array(out.main_logits) - main).max() < TOL
+        assert np.abs(np.array(out.stream_logits) - stream).max() < TOL
+        m, t = decode_both(loaded, params, base, streams, prompt, 32, lookup=None)
+        assert [s.tokens for s in m] == [s.tokens for s in t]
+        assert sum(len(s.tokens) for s in t) / len(t) > 1  # drafts were accepted
+    finally:
+        remove_lora(loaded.model)
+        from convert.torch_adapter import remove_lora as remove_torch_lora
+
+        remove_torch_lora(base)
+
+
+@pytest.mark.parametrize("name", ["chat", "summarize", "sql", "data2text"])
+def test_shipped_adapters_round_trip_bit_exactly(name, tmp_path):
+    src = af.read_folder(SHIPPED_DIR / name)
+    there, _ = af.torch_to_mlx(
+        af.read_folder(af.write_folder(tmp_path / "t", af.mlx_to_torch(src)[0]))
+    )
+    assert there.config == src.config
+    assert set(there.tensors) == set(src.tensors)
+    for key, value in src.tensors.items():
+        assert there.tensors[key].dtype == value.dtype
+        assert np.array_equal(there.tensors[key], value), key
+
+
+@pytest.fixture(scope="module")
+def trained(pairs, tmp_path_factory):
+    """mode -> a PyTorch adapter folder trained a few steps on real data (E2E rows short
+    enough for the tiny model's context)."""
+    _, base0 = pairs["llama"]
+    root = tmp_path_factory.mktemp("trained")
+    data = load_dataset(DATA / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    data.examples = [e for e in data.examples if len(e.ids) <= 200][:8]
+    out = {}
+    for mode in ("lossless", "shared"):
+        base = load_base(base0.name)
+        cfg = StreamConfig(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=8, mode=mode)
+        torch.manual_seed(0)
+        streams = TorchStreams(cfg, base.config["hidden_size"])
+        if mode == "shared":
+            add_lora(base, cfg)
+        rows = train(
+            base,
+            streams,
+            data.examples[:8],
+            TrainConfig(steps=4, batch_size=2, learning_rate=3e-3, lora_learning_rate=1e-3),
+        )
+        assert rows[-1]["loss"] < rows[0]["loss"] + 1  # it ran, finitely
+        out[mode] = (save_torch_adapter(root / mode, streams, base), data)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["lossless", "shared"])
+def test_torch_trained_adapter_converts_and_decodes_identically_in_mlx(
+    trained, pairs, mode, tmp_path, capsys
+):
+    folder, data = trained[mode]
+    loaded, _ = pairs["llama"]
+    mlx_folder = tmp_path / "mlx"
+    assert (
+        cli(
+            ["convert", "--from", str(folder), "--to", str(mlx_folder), "--model", str(loaded.path)]
+        )
+        == 0
+    )
+    assert "torch -> mlx" in capsys.readouterr().out
+    base = load_base(str(loaded.path))
+    streams = load_torch_adapter(folder, base)
+    params = load_adapter(mlx_folder, loaded)
+    try:
+        prompt = data.examples[0].ids[: data.examples[0].loss_mask.index(True)]
+        m, t = decode_both(loaded, params, base, streams, prompt, 24)
+        assert [s.tokens for s in m] == [s.tokens for s in t]
+        if mode == "shared":  # a PEFT folder: transformers + peft load it as they are
+            from peft import PeftModel
+
+            plain = load_base(str(loaded.path))
+            peft_model = PeftModel.from_pretrained(plain.model, str(folder))
+            ids = prompt[:30]
+            with torch.inference_mode():
+                theirs = peft_model(torch.tensor([ids])).logits[0].numpy()
+            ours = np.array(loaded.model(mx.array(ids)[None])[0])  # the MLX LoRA model
+            assert np.abs(theirs - ours).max() < TOL
+    finally:
+        remove_lora(loaded.model)
+    # and back: torch -> MLX -> torch is bit-exact
+    back = tmp_path / "back"
+    assert cli(["convert", "--from", str(mlx_folder), "--to", str(back), "--no-check"]) == 0
+    a, b = af.read_folder(folder), af.read_folder(back)
+    assert a.config == b.config and a.peft_config == b.peft_config
+    for mine, theirs in ((a.tensors, b.tensors), (a.lora, b.lora)):
+        assert set(mine) == set(theirs)
+        for key in mine:
+            assert mine[key].dtype == theirs[key].dtype
+            assert np.array_equal(mine[key], theirs[key]), key
+
+
+def test_float16_and_bfloat16_tensors(trained, tmp_path):
+    folder, _ = trained["lossless"]
+    half = tmp_path / "half"
+    shutil.copytree(folder, half)
+    tensors = load_file(str(half / af.TORCH_STREAMS))
+    save_file({k: v.astype(np.float16) for k, v in tensors.items()}, str(half / af.TORCH_STREAMS))
+    there = af.torch_to_mlx(af.read_folder(half))[0]
+    back = af.mlx_to_torch(there)[0]
+    for key, value in af.read_folder(half).tensors.items():
+        assert back.tensors[key].dtype == np.float16 and np.array_equal(back.tensors[key], value)
+    bf16 = tmp_path / "bf16"
+    shutil.copytree(folder, bf16)
+    as_bf16 = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in tensors.items()}
+    from safetensors.torch import save_file as save_torch
+
+    save_torch(as_bf16, str(bf16 / af.TORCH_STREAMS))
+    widened = af.read_folder(bf16).tensors
+    for key, value in as_bf16.items():  # widened to float32 exactly
+        assert np.array_equal(widened[key], value.float().numpy())
+
+
+def run_convert(source, target, *extra):
+    return cli(["convert", "--from", str(source), "--to", str(target), *extra])
+
+
+def test_convert_refuses_another_base(trained, tiny_folders, tmp_path, capsys):
+    folder, _ = trained["lossless"]
+    assert run_convert(folder, tmp_path / "x", "--model", str(tiny_folders["qwen2"])) == 2
+    err = capsys.readouterr().err
+    assert "does not fit the target base" in err and "base model_type" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_convert_lists_every_missing_and_misshapen_tensor(trained, tiny_folders, tmp_path, capsys):
+    folder, _ = trained["shared"]
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    streams = load_file(str(bad / af.TORCH_STREAMS))
+    del streams["adapters.1.up.weight"]
+    streams["prune.down.weight"] = streams["prune.down.weight"][:, :10]
+    save_file(streams, str(bad / af.TORCH_STREAMS))
+    lora = load_file(str(bad / af.PEFT_WEIGHTS))
+    del lora["base_model.model.model.layers.2.mlp.up_proj.lora_A.weight"]
+    save_file(lora, str(bad / af.PEFT_WEIGHTS))
+    assert run_convert(bad, tmp_path / "x", "--model", str(tiny_folders["llama"])) == 2
+    err = capsys.readouterr().err
+    assert "missing tensor adapters.1.b [8, 64]" in err
+    assert "missing tensor lora.model.layers.2.mlp.up_proj.lora_a [64, 8]" in err
+    assert "prune.a (from prune.down.weight): shape [10, 8], expected [64, 8]" in err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"target_modules": ["q_proj", "v_proj", "lm_head"]}, "unknown PEFT target modules"),
+        ({"target_modules": ["q_proj", "v_proj"]}, "lacks"),
+        ({"use_dora": True}, "use_dora"),
+        ({"lora_alpha": 8}, "disagree with the stream config"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+    ],
+)
+def test_convert_refuses_peft_settings_mlx_cannot_run(trained, tmp_path, capsys, change, message):
+    folder, _ = trained["shared"]
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    config = json.loads((bad / af.PEFT_CONFIG).read_text())
+    (bad / af.PEFT_CONFIG).write_text(json.dumps({**config, **change}))
+    assert run_convert(bad, tmp_path / "x", "--no-check") == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_convert_bad_folders(tmp_path, capsys):
+    assert run_convert(tmp_path / "nowhere", tmp_path / "x") == 2
+    assert "not found" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert run_convert(tmp_path / "empty", tmp_path / "x") == 2
+    assert "neither a PyTorch adapter folder" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    shutil.copytree(SHIPPED_DIR / "chat", broken)
+    (broken / "adapters.safetensors").write_bytes(b"\x00\x01")
+    assert run_convert(broken, tmp_path / "x", "--no-check") == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+
+
+def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
+    from convert.validate_cuda import main as validate
+
+    folder, _ = trained["lossless"]
+    loaded, _ = pairs["llama"]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "SELECT"}\n{"prompt": "count", "category": "b"}\n')
+    out = tmp_path / "r.json"
+    argv = [
+        "--model",
+        str(loaded.path),
+        "--adapter",
+        str(folder),
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        "8",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
+    assert validate(argv) == 0
+    report = json.loads(out.read_text())
+    rows = {m["name"]: m for m in report["methods"]}
+    assert set(rows) == {"ar", "ss", "ss+pld"}
+    assert rows["ss"]["identical_to_ar"] == 1.0 and rows["ss+pld"]["identical_to_ar"] == 1.0
+    assert rows["ss"]["samples"] == 2 and set(rows["ss"]["per_category"]) == {"all", "b"}
+    assert "| ss |" in capsys.readouterr().out
