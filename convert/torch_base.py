@@ -17,7 +17,12 @@ from specstream_mlx.streams.fingerprint import fingerprint
 # Families whose attention block has separate q/k/v/o projections and a gated MLP (optionally
 # q/k norms and biases): the layer loop in torch_streams runs them. phi3 fuses qkv: not here.
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,  # a reference for float32 rounding (parity tests)
+}
 
 
 @dataclass

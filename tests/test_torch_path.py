@@ -206,14 +206,22 @@ def test_default_model_same_weights_and_logits(default_pair):
     loaded, base = default_pair
     ours = dict(tree_flatten(loaded.model.parameters()))
     theirs = base.model.state_dict()
-    assert set(ours) == set(theirs)
+    assert base.model.lm_head.weight is base.model.model.embed_tokens.weight  # tied, as in MLX
+    assert set(ours) == set(theirs) - {"lm_head.weight"}
     for name, value in ours.items():  # the same GGUF, dequantized alike: bit for bit
         assert np.array_equal(np.array(value), theirs[name].numpy()), name
     ids = encode_prompt(loaded, "What is the capital of France?")
-    mlx_logits = np.array(loaded.model(mx.array(ids)[None])[0])
+    mlx_logits = np.array(loaded.model(mx.array(ids)[None])[0])  # (37, 49152)
     with torch.inference_mode():
         torch_logits = base.model(torch.tensor([ids])).logits[0].numpy()
-    assert np.abs(mlx_logits - torch_logits).max() < TOL
+        exact = load_base(dtype="float64").model(torch.tensor([ids])).logits[0].numpy()
+    # Over 37 x 49152 logits (|logit| up to 38) each runtime's float32 rounding stays within
+    # 1e-4 of the float64 computation of the same weights; they differ from each other by up
+    # to the sum (1.35e-4 measured), not more.
+    assert np.abs(mlx_logits - exact).max() < TOL
+    assert np.abs(torch_logits - exact).max() < TOL
+    assert np.abs(mlx_logits - torch_logits).max() < 2 * TOL
+    assert (mlx_logits.argmax(-1) == torch_logits.argmax(-1)).all()
 
 
 @pytest.mark.parametrize("adapter", ["chat", "summarize"])  # lossless, shared
