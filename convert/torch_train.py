@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -135,6 +137,25 @@ class TrainConfig:
     segment: int = 64  # lossless: stream positions per sequence per step; 0 = all
     seed: int = 0
     log_every: int = 10
+    checkpoint_every: int = 25
+
+
+def _lora_params(model) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if "lora_" in n}
+
+
+def _run_identity(streams, cfg: TrainConfig, examples) -> tuple:
+    """What a checkpoint must share with the run that resumes it."""
+    settings = {k: v for k, v in asdict(cfg).items() if k not in ("log_every", "checkpoint_every")}
+    return streams.config.to_dict(), settings, [len(e.ids) for e in examples]
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Atomically: written beside, then renamed over the previous one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 def train(
@@ -143,15 +164,21 @@ def train(
     examples: list,
     cfg: TrainConfig,
     log=None,
+    checkpoint: str | os.PathLike | None = None,
 ) -> list[dict]:
     """AdamW with warmup and linear decay over `examples` (objects with ids and loss_mask). In
-    shared mode the base must already carry its LoRA layers (add_lora). Returns the log rows."""
+    shared mode the base must already carry its LoRA layers (add_lora). Returns the log rows.
+
+    With `checkpoint` (a file), the whole training state is saved there every
+    `checkpoint_every` steps, and a run that finds one resumes from it: an interrupted run
+    continues exactly where it stopped (same data order, same optimizer state). A non-finite
+    loss stops before the optimizer step, leaving the last good checkpoint."""
     if not examples:
         raise SpecstreamError("no training examples")
     shared = streams.config.mode == "shared"
     groups = [{"params": list(streams.parameters()), "lr": cfg.learning_rate}]
     if shared:
-        lora = [p for n, p in base.model.named_parameters() if "lora_" in n]
+        lora = list(_lora_params(base.model).values())
         if not lora:
             raise SpecstreamError("shared mode trains the base's LoRA layers: call add_lora first")
         for p in lora:
@@ -164,9 +191,28 @@ def train(
     view = View(base.model)
     base.model.train(False)  # no dropout anywhere: LoRA dropout is 0
     streams.train()
-    order, cursor, rows = rng.permutation(len(examples)), 0, []
+    order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
+    checkpoint = Path(checkpoint) if checkpoint is not None else None
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, weights_only=False)
+        if state["config"] != _run_identity(streams, cfg, examples):
+            raise SpecstreamError(
+                f"checkpoint {checkpoint} is of another run (config or data differ): "
+                "remove it to start over"
+            )
+        streams.load_state_dict(state["streams"])
+        with torch.no_grad():
+            for name, p in _lora_params(base.model).items():
+                p.copy_(state["lora"][name])
+        optimizer.load_state_dict(state["optimizer"])
+        rng.set_state(state["numpy_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        order, cursor, rows = state["order"], state["cursor"], state["rows"]
+        first = state["step"] + 1
+        if log is not None:
+            log({"resumed_from_step": state["step"]})
     start = time.perf_counter()
-    for step in range(1, cfg.steps + 1):
+    for step in range(first, cfg.steps + 1):
         scale = min(1.0, step / max(cfg.warmup, 1)) * (1 - (step - 1) / cfg.steps)
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
             group["lr"] = lr * scale
@@ -184,7 +230,6 @@ def train(
             out = sequence_loss(view, streams, ex.ids, ex.loss_mask, positions)
             (out.total / cfg.batch_size).backward()
             losses.append(out)
-        optimizer.step()
         row = {
             "step": step,
             "loss": round(float(np.mean([float(o.total.detach()) for o in losses])), 5),
@@ -194,8 +239,28 @@ def train(
         if shared:
             row["main_nll"] = round(float(np.mean([o.main_nll for o in losses])), 5)
         if not np.isfinite(row["loss"]):
-            raise SpecstreamError(f"the loss became {row['loss']} at step {step}: lower the lr")
+            raise SpecstreamError(
+                f"the loss became {row['loss']} at step {step}: lower the learning rate "
+                "(the last checkpoint is kept)"
+            )
+        optimizer.step()
         rows.append(row)
+        if checkpoint is not None and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            _save_checkpoint(
+                checkpoint,
+                {
+                    "config": _run_identity(streams, cfg, examples),
+                    "step": step,
+                    "streams": streams.state_dict(),
+                    "lora": {n: p.detach().clone() for n, p in _lora_params(base.model).items()},
+                    "optimizer": optimizer.state_dict(),
+                    "numpy_rng": rng.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "order": order,
+                    "cursor": cursor,
+                    "rows": rows,
+                },
+            )
         if log is not None and (step % cfg.log_every == 0 or step == cfg.steps):
             log(row)
     streams.eval()
@@ -222,8 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--checkpoint-every", type=int, default=25)
     args = p.parse_args(argv)
     try:
+        if Path(args.out).exists() and not args.overwrite:
+            raise SpecstreamError(f"output folder exists: {args.out} (pass --overwrite)")
+        if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
+            raise SpecstreamError("--steps, --batch-size and --checkpoint-every must be >= 1")
         base = load_base(args.model, device=args.device)
         tokenizer = _ChatIds(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
@@ -234,11 +304,27 @@ def main(argv: list[str] | None = None) -> int:
         streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
         if args.mode == "shared":
             add_lora(base, config)
-        cfg = TrainConfig(args.steps, args.batch_size, args.lr, args.lora_lr, seed=args.seed)
-        rows = train(base, streams, examples, cfg, log=lambda r: print(json.dumps(r), flush=True))
+        cfg = TrainConfig(
+            args.steps,
+            args.batch_size,
+            args.lr,
+            args.lora_lr,
+            seed=args.seed,
+            checkpoint_every=args.checkpoint_every,
+        )
+        checkpoint = Path(str(args.out).rstrip("/") + ".checkpoint.pt")
+        rows = train(
+            base,
+            streams,
+            examples,
+            cfg,
+            log=lambda r: print(json.dumps(r), flush=True),
+            checkpoint=checkpoint,
+        )
         extra = {"training": {"data": str(args.data), "examples": len(examples), **vars(cfg)}}
         extra["training"]["last"] = rows[-1]
         out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
+        checkpoint.unlink(missing_ok=True)  # the adapter is written: nothing left to resume
     except SpecstreamError as exc:
         print(f"convert.torch_train: error: {exc}", file=sys.stderr)
         return 2

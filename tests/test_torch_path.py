@@ -451,3 +451,82 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     assert rows["ss"]["identical_to_ar"] == 1.0 and rows["ss+pld"]["identical_to_ar"] == 1.0
     assert rows["ss"]["samples"] == 2 and set(rows["ss"]["per_category"]) == {"all", "b"}
     assert "| ss |" in capsys.readouterr().out
+
+
+def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys):
+    """`python -m convert.torch_train` writes an adapter `specstream convert` accepts; a run cut
+    after step 2 resumes from its checkpoint and ends where an uncut run ends, exactly."""
+    from convert import torch_train
+
+    loaded, base0 = pairs["llama"]
+    data = load_dataset(DATA / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    examples = [e for e in data.examples if len(e.ids) <= 200][:6]
+    cfg = StreamConfig(gamma=2, n_msa_layers=2, mode="shared")
+    train_cfg = TrainConfig(
+        steps=4,
+        batch_size=2,
+        learning_rate=3e-3,
+        lora_learning_rate=1e-3,
+        log_every=1,
+        checkpoint_every=1,
+    )
+
+    def run(checkpoint, stop_at=None):
+        base = load_base(base0.name)
+        torch.manual_seed(0)
+        streams = TorchStreams(cfg, base.config["hidden_size"])
+        add_lora(base, cfg)
+
+        def log(row):
+            if stop_at is not None and row.get("step") == stop_at:
+                raise KeyboardInterrupt
+
+        try:
+            train(base, streams, examples, train_cfg, log=log, checkpoint=checkpoint)
+        except KeyboardInterrupt:
+            return None
+        lora = {n: p.detach().clone() for n, p in base.model.named_parameters() if "lora_" in n}
+        return streams.state_dict(), lora
+
+    uncut = run(tmp_path / "a.pt")
+    assert run(tmp_path / "b.pt", stop_at=2) is None
+    assert torch.load(tmp_path / "b.pt", weights_only=False)["step"] == 2
+    resumed = run(tmp_path / "b.pt")
+    for mine, theirs in zip(uncut, resumed, strict=True):
+        assert set(mine) == set(theirs)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+    out = tmp_path / "adapter"
+    argv = [
+        "--model",
+        str(loaded.path),
+        "--data",
+        str(DATA / "e2e" / "train.csv"),
+        "--task",
+        "data2text",
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "1",
+        "--limit",
+        "3",
+        "--max-length",
+        "200",
+        "--n-msa-layers",
+        "2",
+        "--mode",
+        "shared",
+        "--device",
+        "cpu",
+    ]
+    assert torch_train.main(argv) == 0
+    assert not (tmp_path / "adapter.checkpoint.pt").exists()
+    assert af.folder_kind(out) == "torch"
+    assert run_convert(out, tmp_path / "mlx", "--model", str(loaded.path)) == 0
+    assert torch_train.main(argv) == 2  # the output exists: refused before any training
+    assert "output folder exists" in capsys.readouterr().err
+    bad = [*argv[:3], str(tmp_path / "missing.csv"), *argv[4:6], "--out", str(tmp_path / "z")]
+    assert torch_train.main(bad) == 2
+    assert not (tmp_path / "z").exists()
