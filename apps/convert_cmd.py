@@ -59,11 +59,14 @@ def run(args) -> int:
         fingerprint, expected = _expected(loaded, cfg)
         af.check_against(mlx_side, fingerprint, expected, origin)
         checked = f"checked against {loaded.name}"
-    written = af.write_folder(args.target, out, overwrite=args.overwrite)
+    check = None
     if loaded is not None and out.kind == "mlx":
         from specstream_mlx.streams.adapter_io import read_adapter
 
-        read_adapter(written, loaded)  # the runtime itself accepts it
+        def check(tmp):  # the runtime itself must accept it before it takes the name
+            read_adapter(tmp, loaded)
+
+    written = af.write_folder(args.target, out, overwrite=args.overwrite, check=check)
     n = len(out.tensors) + len(out.lora)
     print(f"wrote {written}: {src.kind} -> {out.kind}, {cfg.mode} mode, {n} tensors, {checked}")
     return 0

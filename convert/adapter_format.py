@@ -128,27 +128,54 @@ def read_folder(path: str | os.PathLike) -> Folder:
     return folder
 
 
-def write_folder(path: str | os.PathLike, folder: Folder, overwrite: bool = False) -> Path:
-    """Write atomically: built beside the target, then renamed into place."""
+def write_folder(
+    path: str | os.PathLike, folder: Folder, overwrite: bool = False, check=None
+) -> Path:
+    """Write atomically: built beside the target, checked there (`check(tmp_path)` may raise),
+    then renamed into place; an existing folder is moved aside first and removed last, so a
+    reader finds the old folder or the new one, never neither."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise SpecstreamError(f"output folder exists: {path} (pass --overwrite to replace it)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    if path.exists() and not path.is_dir():
+        raise SpecstreamError(f"output {path} exists and is not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        raise SpecstreamError(f"cannot write {path}: {exc}") from None
     tmp.chmod(0o755)
     try:
+        files = {}
         if folder.kind == "mlx":
-            save_file(_contiguous(folder.tensors), str(tmp / MLX_WEIGHTS))
-            _write_json(tmp / MLX_CONFIG, folder.config)
+            files = {MLX_WEIGHTS: folder.tensors, MLX_CONFIG: folder.config}
         else:
-            save_file(_contiguous(folder.tensors), str(tmp / TORCH_STREAMS))
-            _write_json(tmp / TORCH_CONFIG, folder.config)
+            files = {TORCH_STREAMS: folder.tensors, TORCH_CONFIG: folder.config}
             if folder.peft_config is not None:
-                save_file(_contiguous(folder.lora), str(tmp / PEFT_WEIGHTS))
-                _write_json(tmp / PEFT_CONFIG, folder.peft_config)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+                files.update({PEFT_WEIGHTS: folder.lora, PEFT_CONFIG: folder.peft_config})
+        for name, content in files.items():
+            if name.endswith(".safetensors"):
+                save_file(_contiguous(content), str(tmp / name))
+            else:
+                _write_json(tmp / name, content)
+            (tmp / name).chmod(0o644)  # safetensors writes owner-only files
+        if check is not None:
+            check(tmp)
+        old = path.with_name(f".{path.name}.old")
+        moved = path.exists()
+        if moved:
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if moved:
+                os.replace(old, path)  # the previous folder goes back
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SpecstreamError(f"cannot write {path}: {exc}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -301,6 +328,11 @@ def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]
     if peft.get("peft_type", "LORA") != "LORA":
         problems.append(f"PEFT type {peft.get('peft_type')!r} is not LORA")
     targets = peft.get("target_modules")
+    if targets is None:
+        problems.append(
+            "PEFT target_modules is missing: PEFT would pick its default modules; the MLX "
+            "runtime puts LoRA on every linear layer of every block"
+        )
     if targets == "all-linear":
         targets = list(LORA_MODULES)
     elif isinstance(targets, str):
@@ -317,7 +349,15 @@ def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]
         )
     if peft.get("use_dora"):
         problems.append("PEFT use_dora=True is not supported by the MLX runtime")
-    for key in ("modules_to_save", "layers_to_transform", "rank_pattern", "alpha_pattern"):
+    for key in (
+        "modules_to_save",
+        "layers_to_transform",
+        "layers_pattern",
+        "rank_pattern",
+        "alpha_pattern",
+        "exclude_modules",
+        "target_parameters",
+    ):
         if peft.get(key) not in (None, {}, []):
             problems.append(f"PEFT {key}={peft[key]!r} is not supported by the MLX runtime")
     if peft.get("bias", "none") != "none":

@@ -114,7 +114,7 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in src.tensors.items()}
     streams.load_state_dict(state)
-    streams.to(base.device)
+    streams.to(base.device, dtype=next(base.model.parameters()).dtype)  # float16 bases too
     if cfg.mode == "shared":
         _put_lora(base, src)
     else:

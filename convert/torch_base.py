@@ -5,6 +5,7 @@ loader does since it casts the scales first), so both sides run bit-identical we
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,9 @@ class TorchBase:
     tokenizer: object
     name: str
     config: dict
+    # config.json as written, when the model came from a folder: the MLX runtime fingerprints
+    # that, and transformers' config object fills in defaults it may lack
+    raw_config: dict | None = None
     _fingerprint: dict | None = field(default=None, repr=False)
 
     @property
@@ -50,7 +54,8 @@ class TorchBase:
     def fingerprint(self) -> dict:
         """The same fingerprint the MLX runtime checks adapters against."""
         if self._fingerprint is None:
-            self._fingerprint = fingerprint(self.config, self.tokenizer.get_vocab())
+            config = self.raw_config if self.raw_config is not None else self.config
+            self._fingerprint = fingerprint(config, self.tokenizer.get_vocab())
         return dict(self._fingerprint)
 
     def encode_chat(self, prompt: str) -> list[int]:
@@ -105,4 +110,7 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
         )
     model.to(device).eval()
     model.requires_grad_(False)
-    return TorchBase(model, tokenizer, name or DEFAULT_MODEL, config)
+    raw = None
+    if not kwargs and (Path(str(folder)) / "config.json").is_file():
+        raw = json.loads((Path(str(folder)) / "config.json").read_text())
+    return TorchBase(model, tokenizer, name or DEFAULT_MODEL, config, raw)

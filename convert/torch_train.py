@@ -144,6 +144,34 @@ def _lora_params(model) -> dict[str, torch.nn.Parameter]:
     return {n: p for n, p in model.named_parameters() if "lora_" in n}
 
 
+def hidden_scale(view: View, n_low: int, examples: list) -> float:
+    """Median per-token RMS of the hidden states at the pruning point (the MLX trainer's
+    `hidden_scale`): about 17 for SmolLM2."""
+    with torch.no_grad():
+        rms = [
+            lower_layers(view, n_low, chain(ex.ids), None, 0)[0].float().pow(2).mean(-1).sqrt()
+            for ex in examples
+        ]
+    return float(np.median(torch.cat(rms).cpu().numpy()))
+
+
+def lr_factor(t: int, warmup: int, steps: int) -> float:
+    """The MLX trainer's schedule at update t (from 0): linear warmup from 1/10 of the rate over
+    max(warmup, 1) updates, then linear decay to 0 over steps - warmup updates."""
+    w = max(warmup, 1)
+    if t < w:
+        return 0.1 + 0.9 * t / w
+    decay = max(steps - warmup, 1)
+    return 1.0 - min(t - w, decay) / decay
+
+
+def _adapter_output(name: str) -> bool:
+    """A stream adapter's output matrix (`adapters.<i>.up.weight`, the MLX `b`): it adds to the
+    residual stream, so, as on the MLX side, its rate is scaled by the hidden states' RMS."""
+    parts = name.split(".")
+    return len(parts) == 4 and parts[0] == "adapters" and parts[2] == "up"
+
+
 def _run_identity(streams, cfg: TrainConfig, examples) -> tuple:
     """What a checkpoint must share with the run that resumes it."""
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("log_every", "checkpoint_every")}
@@ -176,7 +204,21 @@ def train(
     if not examples:
         raise SpecstreamError("no training examples")
     shared = streams.config.mode == "shared"
-    groups = [{"params": list(streams.parameters()), "lr": cfg.learning_rate}]
+    view = View(base.model)
+    n_low = len(view.layers) - streams.config.n_msa_layers
+    scale = hidden_scale(view, n_low, examples[:8])
+    residual = [
+        p for n, p in streams.named_parameters() if n == "stream_embeddings" or _adapter_output(n)
+    ]
+    rest = [
+        p
+        for n, p in streams.named_parameters()
+        if not (n == "stream_embeddings" or _adapter_output(n))
+    ]
+    groups = [
+        {"params": residual, "lr": cfg.learning_rate * scale},
+        {"params": rest, "lr": cfg.learning_rate},
+    ]
     if shared:
         lora = list(_lora_params(base.model).values())
         if not lora:
@@ -188,7 +230,6 @@ def train(
     base_lrs = [g["lr"] for g in groups]
     rng = np.random.RandomState(cfg.seed)
     torch.manual_seed(cfg.seed)
-    view = View(base.model)
     base.model.train(False)  # no dropout anywhere: LoRA dropout is 0
     streams.train()
     order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
@@ -213,9 +254,9 @@ def train(
             log({"resumed_from_step": state["step"]})
     start = time.perf_counter()
     for step in range(first, cfg.steps + 1):
-        scale = min(1.0, step / max(cfg.warmup, 1)) * (1 - (step - 1) / cfg.steps)
+        factor = lr_factor(step - 1, cfg.warmup, cfg.steps)
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
-            group["lr"] = lr * scale
+            group["lr"] = lr * factor
         optimizer.zero_grad(set_to_none=True)
         losses = []
         for _ in range(cfg.batch_size):

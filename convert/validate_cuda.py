@@ -67,15 +67,20 @@ def _timed(base: TorchBase, run) -> Sample:
 
 def hf_generate(base: TorchBase, prompt_ids: list[int], max_tokens: int):
     """transformers' greedy generate; stops at EOS like the speculative decoder."""
+    from transformers import GenerationConfig
+
+    # An explicit config: a model's own generation_config may carry a repetition penalty or
+    # other settings that make generate() something other than plain greedy decoding.
+    config = GenerationConfig(
+        max_new_tokens=max_tokens,
+        do_sample=False,
+        eos_token_id=sorted(base.eos_token_ids),
+        pad_token_id=base.tokenizer.pad_token_id or sorted(base.eos_token_ids)[0],
+    )
     ids = torch.as_tensor([prompt_ids], device=base.device)
     with torch.inference_mode():
         out = base.model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            eos_token_id=sorted(base.eos_token_ids),
-            pad_token_id=base.tokenizer.pad_token_id or sorted(base.eos_token_ids)[0],
+            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
         )
     tokens = out[0, len(prompt_ids) :].tolist()
     return tokens, len(tokens)
@@ -164,6 +169,9 @@ def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print)
             "model": base.name,
             "precision": str(next(base.model.parameters()).dtype).replace("torch.", ""),
             "reference": reference,
+            "medusa": None,
+            "lora": None,
+            "tokens_per_second": "generated tokens / wall seconds, prefill included",
         },
         "methods": rows,
         "unavailable": {},
@@ -225,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.limit < 1 or args.max_tokens < 1:
             raise SpecstreamError("--limit and --max-tokens must be >= 1")
+        if args.out and not Path(args.out).resolve().parent.is_dir():
+            raise SpecstreamError(f"--out: no folder {Path(args.out).parent}")
         base = load_base(args.model, device=args.device, dtype=args.dtype)
         prompts = read_prompts(args.prompts, args.limit)
         result = validate(base, args.adapter, prompts, args.max_tokens)

@@ -174,27 +174,73 @@ def test_torch_lossless_decoder_equals_plain_greedy(
 
 
 def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path):
+    from convert.torch_adapter import remove_lora as remove_torch_lora
+
     loaded, base = pairs["qwen2"]
     folder, _ = mlx_adapter(loaded, tmp_path / "a", "shared", seed=5, gamma=2, n_msa_layers=2)
     streams = load_torch_adapter(folder, base)
-    prompt = list(range(40, 60))
-    plain = [
-        t
-        for s in speculative_decode(base.model, streams, prompt, 20, draft=False)
-        for t in s.tokens
-    ]
-    truth = plain + [0] * 4
+    try:
+        prompt = list(range(40, 60))
+        plain = speculative_decode(base.model, streams, prompt, 20, draft=False)
+        plain = [t for s in plain for t in s.tokens]
+        truth = plain + [0] * 4
 
-    def oracle(history):
-        done = len(history) - len(prompt)
-        return [[truth[done + j]] for j in range(2)]
+        def oracle(history):
+            done = len(history) - len(prompt)
+            return [[truth[done + j]] for j in range(2)]
 
-    steps = list(speculative_decode(base.model, streams, prompt, 20, draft_override=oracle))
-    assert [t for s in steps for t in s.tokens] == plain
-    assert max(len(s.tokens) for s in steps) == 3  # drafts were accepted
+        steps = list(speculative_decode(base.model, streams, prompt, 20, draft_override=oracle))
+        assert [t for s in steps for t in s.tokens] == plain
+        assert max(len(s.tokens) for s in steps) == 3  # drafts were accepted
+    finally:
+        remove_torch_lora(base)
+
+
+@pytest.mark.parametrize(
+    "mode, extra",
+    [
+        ("lossless", {}),
+        ("shared", {}),
+        ("shared", {"prompt_streams": True}),
+        ("shared", {"shared_stream_adapters": False}),
+    ],
+)
+def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
+    """The torch trainer's loss of eq. 6 on one sequence equals the MLX trainer's, term by term
+    (same weights, same adapter); the shared-mode variants also decode alike."""
     from convert.torch_adapter import remove_lora as remove_torch_lora
+    from convert.torch_train import sequence_loss
+    from specstream_mlx.training import forward, positions
 
-    remove_torch_lora(base)
+    loaded, base = pairs["llama"]
+    config = dict(gamma=3, n_msa_layers=2, top_k=2, max_tree_nodes=6, **extra)
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", mode, seed=1, **config)
+    params = load_adapter(folder, loaded)
+    streams = load_torch_adapter(folder, base)
+    try:
+        rng = np.random.RandomState(0)
+        ids = rng.randint(0, 250, size=30).tolist()
+        mask = [False] * 10 + [True] * 20
+        arch = arch_of(loaded.model, loaded.config["model_type"])
+        segment = None
+        if mode == "lossless":  # on a segment of the positions, as training runs it
+            feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
+            segment = positions.stream_positions(np.array(mask), 3)[3:9]
+            theirs = forward.stream_loss(arch, params, feats, segment)
+        else:
+            theirs = forward.shared_loss(arch, params, ids, mask)
+        with torch.no_grad():
+            ours = sequence_loss(View(base.model), streams, ids, mask, segment)
+        assert float(ours.total) == pytest.approx(float(theirs.total), abs=1e-4)
+        assert ours.prune_nll == pytest.approx(float(theirs.prune_nll), abs=1e-4)
+        assert ours.stream_nll == pytest.approx([float(x) for x in theirs.stream_nll], abs=1e-4)
+        if mode == "shared":
+            assert ours.main_nll == pytest.approx(float(theirs.main_nll), abs=1e-4)
+            m, t = decode_both(loaded, params, base, streams, ids[:12], 16)
+            assert [s.tokens for s in m] == [s.tokens for s in t]
+    finally:
+        remove_lora(loaded.model)
+        remove_torch_lora(base)
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +332,7 @@ def trained(pairs, tmp_path_factory):
             data.examples[:8],
             TrainConfig(steps=4, batch_size=2, learning_rate=3e-3, lora_learning_rate=1e-3),
         )
-        assert rows[-1]["loss"] < rows[0]["loss"] + 1  # it ran, finitely
+        assert len(rows) == 4 and all(np.isfinite(r["loss"]) for r in rows)
         out[mode] = (save_torch_adapter(root / mode, streams, base), data)
     return out
 
@@ -369,6 +415,20 @@ def test_convert_refuses_another_base(trained, tiny_folders, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_convert_never_writes_what_the_runtime_refuses(trained, tiny_folders, tmp_path, capsys):
+    folder, _ = trained["lossless"]
+    anonymous = tmp_path / "anonymous"
+    shutil.copytree(folder, anonymous)
+    config = json.loads((anonymous / af.TORCH_CONFIG).read_text())
+    del config["base_model"]  # no fingerprint: the MLX runtime refuses such a folder
+    (anonymous / af.TORCH_CONFIG).write_text(json.dumps(config))
+    target = tmp_path / "x"
+    shutil.copytree(SHIPPED_DIR / "chat", target)  # a good folder already there
+    assert run_convert(anonymous, target, "--model", str(tiny_folders["llama"]), "--overwrite") == 2
+    assert "another base model" in capsys.readouterr().err
+    assert af.read_folder(target).config == af.read_folder(SHIPPED_DIR / "chat").config  # kept
+
+
 def test_convert_lists_every_missing_and_misshapen_tensor(trained, tiny_folders, tmp_path, capsys):
     folder, _ = trained["shared"]
     bad = tmp_path / "bad"
@@ -396,6 +456,7 @@ def test_convert_lists_every_missing_and_misshapen_tensor(trained, tiny_folders,
         ({"use_dora": True}, "use_dora"),
         ({"lora_alpha": 8}, "disagree with the stream config"),
         ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+        ({"target_modules": None}, "target_modules is missing"),
     ],
 )
 def test_convert_refuses_peft_settings_mlx_cannot_run(trained, tmp_path, capsys, change, message):
@@ -415,6 +476,10 @@ def test_convert_bad_folders(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert run_convert(tmp_path / "empty", tmp_path / "x") == 2
     assert "neither a PyTorch adapter folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert run_convert(SHIPPED_DIR / "chat", tmp_path / "file", "--overwrite", "--no-check") == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert (tmp_path / "file").read_text() == "x"
     broken = tmp_path / "broken"
     shutil.copytree(SHIPPED_DIR / "chat", broken)
     (broken / "adapters.safetensors").write_bytes(b"\x00\x01")
@@ -451,6 +516,15 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     assert rows["ss"]["identical_to_ar"] == 1.0 and rows["ss+pld"]["identical_to_ar"] == 1.0
     assert rows["ss"]["samples"] == 2 and set(rows["ss"]["per_category"]) == {"all", "b"}
     assert "| ss |" in capsys.readouterr().out
+
+    shared, _ = trained["shared"]
+    assert validate([*argv[:3], str(shared), *argv[4:]]) == 0
+    rows = {m["name"]: m for m in json.loads(out.read_text())["methods"]}
+    assert set(rows) == {"ar", "ss", "ss+pld", "ss-plain"}  # the exact reference of shared mode
+    assert rows["ss"]["identical_to_ar"] == 1.0 and rows["ss-plain"]["identical_to_ar"] is None
+    # half precision runs (streams follow the base's dtype); not a parity check
+    assert validate([*argv[:3], str(shared), *argv[4:], "--dtype", "bfloat16"]) == 0
+    assert json.loads(out.read_text())["config"]["precision"] == "bfloat16"
 
 
 def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys):
