@@ -20,13 +20,14 @@ import torch  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 # isort: on
-from convert.torch_adapter import load_torch_adapter
-from convert.torch_adapter import remove_lora as remove_torch_lora
-from convert.torch_base import load_base
-from convert.torch_streams import LayerCache, View, prefill, speculative_decode, tree_forward
-from specstream_mlx.decoding import tree_step
-from specstream_mlx.decoding.plain import make_cache
-from specstream_mlx.decoding.speculative import _prefill
+from specstream_convert.parity import max_diff, one_tree_step
+from specstream_convert.torch_adapter import load_torch_adapter
+from specstream_convert.torch_adapter import remove_lora as remove_torch_lora
+from specstream_convert.torch_base import load_base
+from specstream_convert.torch_streams import (
+    speculative_decode,
+)
+
 from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
@@ -39,10 +40,6 @@ PROMPT = (
     "de Mars in Paris, France. It is named after the engineer Gustave Eiffel, whose company "
     "designed and built the tower from 1887 to 1889."
 )
-
-
-def max_diff(a, b) -> float:
-    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
 def main() -> None:
@@ -76,19 +73,9 @@ def main() -> None:
     for name in args.adapters.split(","):
         params = load_adapter(name, loaded)
         streams = load_torch_adapter(Path(SHIPPED_DIR) / name, base)
-        arch = arch_of(loaded.model, loaded.config["model_type"])
-        caches = make_cache(loaded.model)
-        if params.config.mode == "shared" and params.config.prompt_streams:
-            tree_step.prefill_with_streams(arch, params, prompt[:-1], caches, 512)
-        else:
-            _prefill(loaded.model, prompt[:-1], caches)
         tree = draft_tree(prompt[-1], [[504, 1030], [3575, 28]])
-        out = tree_step.tree_forward(arch, params, tree, caches, caches[0].offset)
-        view = View(base.model)
-        tc = [LayerCache() for _ in view.layers]
-        with torch.inference_mode():
-            prefill(view, streams, prompt[:-1], tc)
-            survivors, main, stream = tree_forward(view, streams, tree, tc)
+        out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
+        arch = arch_of(loaded.model, loaded.config["model_type"])
         start = time.perf_counter()
         m_steps = list(mlx_decode(loaded.model, arch, params, prompt, args.max_tokens))
         mlx_s = time.perf_counter() - start
@@ -97,8 +84,8 @@ def main() -> None:
         torch_s = time.perf_counter() - start
         report["adapters"][name] = {
             "mode": params.config.mode,
-            "tree_step_main_logits": max_diff(out.main_logits, main.numpy()),
-            "tree_step_stream_logits": max_diff(out.stream_logits, stream.numpy()),
+            "tree_step_main_logits": max_diff(out.main_logits, main),
+            "tree_step_stream_logits": max_diff(out.stream_logits, stream),
             "same_survivors": out.survivors == survivors,
             "tokens_identical": [s.tokens for s in m_steps] == [s.tokens for s in t_steps],
             "tau_mlx": round(args.max_tokens / len(m_steps), 3),

@@ -16,22 +16,16 @@ from specstream_apps.cli import main as cli
 
 import specstream_mlx as ss
 from convert import adapter_format as af
+from convert.parity import decode_both, one_tree_step
 from convert.torch_adapter import add_lora, load_torch_adapter, save_torch_adapter
 from convert.torch_base import load_base
 from convert.torch_streams import (
-    LayerCache,
     TorchStreams,
     View,
     hf_greedy,
-    prefill,
     speculative_decode,
-    tree_forward,
 )
 from convert.torch_train import TrainConfig, _ChatIds, train
-from specstream_mlx.decoding import tree_step
-from specstream_mlx.decoding.plain import make_cache
-from specstream_mlx.decoding.speculative import _prefill
-from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
@@ -76,30 +70,6 @@ def mlx_adapter(loaded, folder, mode, seed=0, **config):
     finally:
         if mode == "shared":
             remove_lora(loaded.model)
-
-
-def one_tree_step(loaded, params, base, streams, prompt, tree):
-    """Both runtimes' outputs for one tree step after the same prefill."""
-    arch = arch_of(loaded.model, loaded.config["model_type"])
-    caches = make_cache(loaded.model)
-    if params.config.mode == "shared" and params.config.prompt_streams:
-        tree_step.prefill_with_streams(arch, params, prompt[:-1], caches, 512)
-    else:
-        _prefill(loaded.model, prompt[:-1], caches)
-    out = tree_step.tree_forward(arch, params, tree, caches, caches[0].offset)
-    view = View(base.model)
-    torch_caches = [LayerCache() for _ in view.layers]
-    with torch.inference_mode():
-        prefill(view, streams, prompt[:-1], torch_caches)
-        survivors, main, stream = tree_forward(view, streams, tree, torch_caches)
-    return out, survivors, main.numpy(), stream.numpy()
-
-
-def decode_both(loaded, params, base, streams, prompt, n, **kw):
-    arch = arch_of(loaded.model, loaded.config["model_type"])
-    m = list(mlx_decode(loaded.model, arch, params, prompt, n))
-    t = list(speculative_decode(base.model, streams, prompt, n, **kw))
-    return m, t
 
 
 @pytest.mark.parametrize("family", TORCH_FAMILIES)

@@ -1,0 +1,46 @@
+"""The two runtimes side by side on the same weights and adapter (needs MLX and torch): what the
+parity tests and benchmarks/torch_parity.py compare."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specstream_mlx.decoding import tree_step
+from specstream_mlx.decoding.plain import make_cache
+from specstream_mlx.decoding.speculative import _prefill
+from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
+from specstream_mlx.decoding.tree import Tree
+from specstream_mlx.models.arch import arch_of
+
+from .torch_streams import LayerCache, View, prefill, speculative_decode, tree_forward
+
+
+def one_tree_step(loaded, params, base, streams, prompt: list[int], tree: Tree):
+    """One tree step after the same prefill: (MLX TreeOutput, torch survivors, torch main
+    logits (M, V), torch stream logits (M, gamma, V)) as numpy for torch."""
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    caches = make_cache(loaded.model)
+    if params.config.mode == "shared" and params.config.prompt_streams:
+        tree_step.prefill_with_streams(arch, params, prompt[:-1], caches, 512)
+    else:
+        _prefill(loaded.model, prompt[:-1], caches)
+    out = tree_step.tree_forward(arch, params, tree, caches, caches[0].offset)
+    view = View(base.model)
+    torch_caches = [LayerCache() for _ in view.layers]
+    with torch.inference_mode():
+        prefill(view, streams, prompt[:-1], torch_caches)
+        survivors, main, stream = tree_forward(view, streams, tree, torch_caches)
+    return out, survivors, main.float().cpu().numpy(), stream.float().cpu().numpy()
+
+
+def decode_both(loaded, params, base, streams, prompt: list[int], n: int, **kw):
+    """Greedy speculative decoding of `n` tokens in each runtime: (MLX steps, torch steps)."""
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    m = list(mlx_decode(loaded.model, arch, params, prompt, n))
+    t = list(speculative_decode(base.model, streams, prompt, n, **kw))
+    return m, t
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
