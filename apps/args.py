@@ -74,3 +74,18 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="weights in memory; auto: float32 on CPU, as stored (quantized) on Metal/CUDA",
     )
+
+
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    """--temp, --top-p, --top-k, --seed: every decoder honours them (the speculative ones by tree
+    rejection sampling, which keeps the plain sampling distribution exactly)."""
+    parser.add_argument("--temp", type=temperature, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-p", type=probability, default=1.0, help="nucleus mass in (0, 1]")
+    parser.add_argument("--top-k", type=non_negative_int, default=0, help="0 = no top-k cut")
+    parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
+
+
+def sampling_of(args):
+    import specstream_mlx as ss
+
+    return ss.SamplingParams(args.temp, args.top_p, args.top_k, args.seed)

@@ -7,7 +7,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from .args import add_model_args, positive_int
+from .args import add_model_args, add_sampling_args, positive_int, sampling_of
 
 HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
 COMMANDS = """commands:
@@ -30,8 +30,10 @@ def add_parser(subparsers) -> None:
         "--decoder",
         choices=["ar", "ss", "ss+pld", "pld"],
         default="ss+pld",
-        help="default ss+pld (greedy, lossless); without an adapter the base model decodes plainly",
+        help="default ss+pld (lossless, greedy or sampled); without an adapter the base model "
+        "decodes plainly",
     )
+    add_sampling_args(p)
     p.add_argument("--max-tokens", type=positive_int, default=512, help="per answer (512)")
     p.add_argument("--system", default=None, help="a system message that opens the conversation")
     p.set_defaults(run=run)
@@ -42,6 +44,7 @@ class Session:
     adapter: str | None
     decoder: str
     system: str | None
+    sampling: object = None  # SamplingParams (None: greedy)
     messages: list[dict] = field(default_factory=list)
     answers: int = 0
     tokens: int = 0
@@ -67,7 +70,7 @@ def run(args) -> int:
         manager.register(adapter, adapter)  # a folder: checked against the base now
     if adapter is None and "chat" in manager.names():
         adapter = "chat"
-    session = Session(adapter, args.decoder, args.system)
+    session = Session(adapter, args.decoder, args.system, sampling_of(args))
     session.reset()
     tty = sys.stdin.isatty()
     print(
@@ -167,7 +170,11 @@ def answer(text: str, session: Session, manager, max_tokens: int) -> None:
     try:
         with manager.use(session.adapter) as loaded:
             chunks = ss.stream_generate(
-                loaded, messages, max_tokens=max_tokens, decoder=decoder_for(session)
+                loaded,
+                messages,
+                max_tokens=max_tokens,
+                decoder=decoder_for(session),
+                sampling=session.sampling,
             )
             try:
                 for chunk in chunks:

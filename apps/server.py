@@ -7,8 +7,9 @@ disconnects (or a stream that is dropped) cancels its generation at the next dec
 frees the worker. Errors are OpenAI-shaped: {"error": {"message", "type", "param", "code"}}.
 
 Besides OpenAI's fields a response carries "speculative": the decoder, forward passes, tokens per
-pass (tau) and decoding speed. Greedy (temperature 0) is the default: the speculative decoders
-are greedy and lossless; temperature > 0 decodes plainly with sampling.
+pass (tau) and decoding speed. Greedy (temperature 0) is the default; every decoder is lossless
+greedy or sampled (temperature > 0: tree rejection sampling, the tokens are distributed exactly as
+plain sampling's).
 """
 
 from __future__ import annotations
@@ -321,18 +322,8 @@ def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limi
             422, f"max_tokens: at most {limits.max_tokens} per request", "invalid_request_error",
             "max_tokens",
         )  # fmt: skip
-    greedy = body.temperature == 0
-    decoder = body.decoder or ("ss+pld" if adapter is not None and greedy else "ar")
-    if decoder != "ar" and not greedy:
-        raise ApiError(
-            422, f"the {decoder} decoder is greedy: temperature must be 0 (or decoder ar)",
-            "invalid_request_error", "temperature",
-        )  # fmt: skip
-    if not greedy and adapter is not None and manager.changes_model(adapter):
-        raise ApiError(
-            422, f"sampling with a shared-mode adapter ({adapter}) is not supported yet: use "
-            "temperature 0", "invalid_request_error", "temperature",
-        )  # fmt: skip
+    # Every decoder is lossless, greedy or sampled (tree rejection sampling).
+    decoder = body.decoder or ("ss+pld" if adapter is not None else "ar")
     loaded = manager.loaded
     try:
         ids = encode_prompt(loaded, prompt, chat)

@@ -178,19 +178,21 @@ def stream_generate(
     detokenizer.reset()
     start = time.perf_counter()
     if decoder in ("ss", "ss+pld"):
-        if not sampling.greedy:
-            raise SpecstreamError(
-                f"the {decoder} decoder is greedy for now: use --temp 0 or --decoder ar"
-            )
         params = streams or default_streams(loaded)
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig() if decoder == "ss+pld" else None
         steps = speculative_decode(
-            loaded.model, arch, params, prompt_ids, budget, draft_override, kv_bits, lookup=lookup
+            loaded.model,
+            arch,
+            params,
+            prompt_ids,
+            budget,
+            draft_override,
+            kv_bits,
+            lookup=lookup,
+            sampling=sampling,
         )
     elif decoder == "pld":
-        if not sampling.greedy:
-            raise SpecstreamError("the pld decoder is greedy: use --temp 0 or --decoder ar")
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig()
         if _shared(loaded):
@@ -200,23 +202,43 @@ def stream_generate(
                 raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
             shared = loaded.streams.with_config(top_k=1, max_tree_nodes=1)
             steps = speculative_decode(
-                loaded.model, arch, shared, prompt_ids, budget, kv_bits=kv_bits, lookup=lookup
+                loaded.model,
+                arch,
+                shared,
+                prompt_ids,
+                budget,
+                kv_bits=kv_bits,
+                lookup=lookup,
+                sampling=sampling,
             )
         else:
             drafter = drafter or (
                 lambda h, _: draft_tree(h[-1], [[t] for t in lookup_draft(h, lookup)])
             )
             steps = speculative_decode(
-                loaded.model, arch, None, prompt_ids, budget, kv_bits=kv_bits, drafter=drafter
+                loaded.model,
+                arch,
+                None,
+                prompt_ids,
+                budget,
+                kv_bits=kv_bits,
+                drafter=drafter,
+                sampling=sampling,
             )
     elif _shared(loaded):
         # A shared-mode adapter changes the model itself: its main stream attends to its own
         # streams, so plain decoding runs them too (one token per pass, no draft).
-        if not sampling.greedy:
-            raise SpecstreamError("sampling with a shared-mode adapter is not supported yet")
         arch = arch_of(loaded.model, loaded.config["model_type"])
         steps = speculative_decode(
-            loaded.model, arch, loaded.streams, prompt_ids, budget, None, kv_bits, draft=False
+            loaded.model,
+            arch,
+            loaded.streams,
+            prompt_ids,
+            budget,
+            None,
+            kv_bits,
+            draft=False,
+            sampling=sampling,
         )
     else:
         steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling), kv_bits)

@@ -7,12 +7,15 @@ from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from ..models.arch import Arch
+from ..sampling import SamplingParams, probabilities
 from ..streams.params import StreamParams
 from .kv import compact
 from .lookup import LookupConfig, lookup_draft
 from .plain import PREFILL_CHUNK, make_cache
+from .rejection import cap_breadth_first, draw_candidates, rng_for, verify_sampled
 from .step import Step
 from .tree import Tree, accept_greedy, draft_depth, draft_tree
 from .tree_step import prefill_with_streams, tree_forward, verify_forward
@@ -35,26 +38,37 @@ def speculative_decode(
     draft: bool = True,
     drafter: Drafter | None = None,
     lookup: LookupConfig | None = None,
+    sampling: SamplingParams | None = None,
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass accepts until `max_tokens` are decided.
+
+    Greedy unless `sampling` has a temperature: then the drafts are drawn from the streams'
+    distributions and verified by recursive rejection sampling (decoding.rejection), so the
+    tokens are distributed exactly as plain sampling's.
 
     draft=False never drafts (one token per pass, streams still computed): plain decoding of a
     shared-mode model, whose main stream attends to its own streams. params=None runs no streams:
     the model verifies the trees `drafter` proposes (prompt lookup, Medusa heads). `lookup` drafts
     with prompt lookup (decoding.lookup) whenever the context has a match, and with the streams
     otherwise: copied text is drafted many tokens deep, the streams draft the rest."""
+    sampled = sampling is not None and not sampling.greedy
     if params is None:
         if drafter is None:
             raise ValueError("without streams the drafts must come from a drafter")
-        yield from _verify_drafts(model, arch, prompt_ids, max_tokens, drafter, kv_bits)
+        yield from _verify_drafts(
+            model, arch, prompt_ids, max_tokens, drafter, kv_bits, sampling if sampled else None
+        )
+        return
+    if sampled:
+        if draft_override is not None:
+            raise ValueError("draft_override is for greedy decoding")
+        yield from _sampled(
+            model, arch, params, prompt_ids, max_tokens, kv_bits, draft, lookup, sampling
+        )
         return
     cfg = params.config
     n_low = len(arch.layers) - cfg.n_msa_layers
-    caches = make_cache(model, kv_bits)
-    if cfg.mode == "shared" and cfg.prompt_streams:
-        prefill_with_streams(arch, params, prompt_ids[:-1], caches, PREFILL_CHUNK)
-    else:
-        _prefill(model, prompt_ids[:-1], caches)
+    caches = _prefilled(model, arch, params, prompt_ids, kv_bits)
     depth = draft_depth(cfg) if draft else cfg.gamma
     # Lossless streams beyond the draft's depth are never used: they are not computed.
     n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
@@ -96,6 +110,66 @@ def speculative_decode(
         yield Step(tokens, len(tree), len(out.survivors))
 
 
+def _prefilled(model, arch: Arch, params: StreamParams, prompt_ids: list[int], kv_bits) -> list:
+    """Caches holding every prompt token but the last (the first pass's root)."""
+    caches = make_cache(model, kv_bits)
+    cfg = params.config
+    if cfg.mode == "shared" and cfg.prompt_streams:
+        prefill_with_streams(arch, params, prompt_ids[:-1], caches, PREFILL_CHUNK)
+    else:
+        _prefill(model, prompt_ids[:-1], caches)
+    return caches
+
+
+def _sampled(
+    model: nn.Module,
+    arch: Arch,
+    params: StreamParams,
+    prompt_ids: list[int],
+    max_tokens: int,
+    kv_bits: int | None,
+    draft: bool,
+    lookup: LookupConfig | None,
+    sampling: SamplingParams,
+) -> Iterator[Step]:
+    """speculative_decode with temperature: each depth's candidates are drawn without
+    replacement from the streams' distribution (processed like the main stream's), the tree is
+    cut breadth-first to the node cap (never by the pruning head: its cuts would depend on the
+    drawn tokens) and verified by recursive rejection sampling."""
+    cfg = params.config
+    params = params.with_config(prune_threshold=0.0)
+    n_low = len(arch.layers) - cfg.n_msa_layers
+    caches = _prefilled(model, arch, params, prompt_ids, kv_bits)
+    depth = draft_depth(params.config) if draft else 0
+    n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
+    rng = rng_for(sampling.seed)
+    root, candidates, drafts, decided = prompt_ids[-1], [], [], 0
+    history = list(prompt_ids)
+    while decided < max_tokens:
+        copied = lookup_draft(history, lookup) if lookup is not None and draft else []
+        if copied:  # fixed tokens: point-mass drafts
+            tree, drafts = draft_tree(root, [[t] for t in copied]), [None] * len(copied)
+        else:
+            tree = cap_breadth_first(draft_tree(root, candidates), cfg.max_tree_nodes)
+        offset = caches[0].offset
+        out = tree_forward(arch, params, tree, caches, offset, n_streams, depth > 0, len(copied))
+        assert out.survivors == list(range(len(tree)))  # nothing pruned: the shape is fixed
+        target = probabilities(out.main_logits, sampling)
+        mx.eval(target)
+        path, token = verify_sampled(tree, lambda n, t=target: np.array(t[n]), drafts, rng)
+        compact_layers(caches, n_low, offset, path, path)
+        tokens = [tree.tokens[n] for n in path[1:]] + [token]
+        tokens = tokens[: max_tokens - decided]
+        decided += len(tokens)
+        history.extend(tokens)
+        root = tokens[-1]
+        if depth > 0:
+            q = np.array(probabilities(out.streams_of(arch, path[-1])[:depth], sampling))
+            drafts = list(q)  # (depth, V): what each depth's candidates are drawn from
+            candidates = [draw_candidates(q[j], cfg.top_k, rng) for j in range(depth)]
+        yield Step(tokens, len(tree), len(tree))
+
+
 def _verify_drafts(
     model: nn.Module,
     arch: Arch,
@@ -103,16 +177,33 @@ def _verify_drafts(
     max_tokens: int,
     drafter: Drafter,
     kv_bits: int | None,
+    sampling: SamplingParams | None = None,
 ) -> Iterator[Step]:
-    """The model alone verifies each pass's drafted tree; no streams."""
+    """The model alone verifies each pass's drafted tree; no streams. With `sampling` (a
+    temperature), the drafted tokens are fixed candidates verified by rejection sampling."""
     caches = make_cache(model, kv_bits)
     _prefill(model, prompt_ids[:-1], caches)
     history, hidden = list(prompt_ids), None
+    rng = rng_for(sampling.seed) if sampling is not None else None
     decided = 0
     while decided < max_tokens:
         tree = drafter(history, hidden)
         offset = caches[0].offset
         out = verify_forward(arch, tree, caches, offset)
+        if sampling is not None:
+            target = probabilities(out.main_logits, sampling)
+            mx.eval(target)
+            path, token = verify_sampled(
+                tree, lambda n, t=target: np.array(t[n]), [None] * len(tree), rng
+            )
+            compact_layers(caches, len(arch.layers), offset, path, path)
+            tokens = [tree.tokens[n] for n in path[1:]] + [token]
+            hidden = out.main_hidden[path[-1]]
+            tokens = tokens[: max_tokens - decided]
+            decided += len(tokens)
+            history.extend(tokens)
+            yield Step(tokens, len(tree), len(tree))
+            continue
         argmax = mx.argmax(out.main_logits, axis=-1).tolist()
         path, tokens = _accept(tree, out.survivors, argmax, caches, len(arch.layers), offset)
         hidden = out.main_hidden[path[-1]]

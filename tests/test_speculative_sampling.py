@@ -1,0 +1,274 @@
+"""Sampling with the speculative decoders stays lossless: the tokens are distributed exactly as
+plain sampling's (tree rejection sampling, decoding/rejection.py). Chi-square tests over many
+seeded runs with a fixed overall seed, so every run of the suite draws the same numbers."""
+
+import itertools
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.decoding.rejection import (
+    cap_breadth_first,
+    draw_candidates,
+    rng_for,
+    verify_sampled,
+)
+from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.generate import encode_prompt
+from specstream_mlx.sampling import SamplingParams, probabilities
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.params import StreamParams
+from specstream_mlx.training.data import Dataset, Example
+from specstream_mlx.training.trainer import TrainConfig, train
+
+P_MIN = 1e-3  # a fixed seed makes every test deterministic; this only sets how strict it is
+
+
+def chi_square_p(observed: np.ndarray, expected: np.ndarray) -> float:
+    """Pearson's test (cells with expected < 5 pooled), p-value by the Wilson-Hilferty
+    approximation of the chi-square tail."""
+    keep = expected >= 5
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    stat, df = float(((obs - exp) ** 2 / exp).sum()), len(obs) - 1
+    assert df >= 2, "too few cells with an expected count >= 5: not a test"
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+# --- the algorithm alone, on a synthetic model over 5 tokens -------------------------------
+
+V = 5
+
+
+class Synthetic:
+    """A "model" whose next-token distribution is a fixed random function of the context."""
+
+    def __init__(self, seed: int, peaked: float):
+        self.seed, self.peaked, self.cache = seed, peaked, {}
+
+    def __call__(self, context: tuple) -> np.ndarray:
+        if context not in self.cache:
+            rng = np.random.default_rng([self.seed, *context])
+            self.cache[context] = rng.dirichlet(np.full(V, self.peaked))
+        return self.cache[context]
+
+
+def synthetic_run(model, rng, k, depth, cap, drafts_kind, n_tokens=3):
+    context, out = (0,), []
+    while len(out) < n_tokens:
+        if drafts_kind == "fixed":  # prompt lookup: fixed tokens, point-mass drafts
+            candidates, drafts = [[int(rng.integers(V))] for _ in range(depth)], [None] * depth
+        else:
+            if drafts_kind == "perfect":  # the target itself along the most likely path
+                drafts, ctx = [], context
+                for _ in range(depth):
+                    drafts.append(model(ctx))
+                    ctx = (*ctx, int(np.argmax(drafts[-1])))
+            else:  # unrelated streams
+                drafts = [np.random.default_rng([99, len(out), d]).dirichlet(np.ones(V))
+                          for d in range(depth)]  # fmt: skip
+            candidates = [draw_candidates(q, k, rng) for q in drafts]
+        tree = cap_breadth_first(draft_tree(context[-1], candidates), cap)
+
+        def target(node, tree=tree, context=context):
+            tokens = []
+            while node > 0:
+                tokens.append(tree.tokens[node])
+                node = tree.parents[node]
+            return model((*context, *tokens[::-1]))
+
+        path, token = verify_sampled(tree, target, drafts, rng)
+        new = [tree.tokens[n] for n in path[1:]] + [token]
+        context, out = (*context, *new), out + new
+    return tuple(out[:n_tokens])
+
+
+@pytest.mark.parametrize(
+    "k, depth, cap, drafts_kind, peaked",
+    [
+        (1, 3, 4, "streams", 0.5),  # a chain, as the shipped adapters draft
+        (2, 2, 7, "streams", 0.5),  # a full k=2 tree
+        (3, 2, 5, "streams", 1.0),  # cut breadth-first: one parent keeps a prefix
+        (2, 2, 7, "perfect", 0.3),  # drafts that are mostly accepted
+        (1, 3, 4, "fixed", 0.5),  # fixed tokens (prompt lookup)
+    ],
+)
+def test_tree_rejection_sampling_gives_the_target_distribution(k, depth, cap, drafts_kind, peaked):
+    model, rng, n = Synthetic(k * 10 + depth, peaked), rng_for(2026), 12_000
+    counts: dict[tuple, int] = {}
+    for _ in range(n):
+        seq = synthetic_run(model, rng, k, depth, cap, drafts_kind)
+        counts[seq] = counts.get(seq, 0) + 1
+    sequences = list(itertools.product(range(V), repeat=3))
+    exact = np.array([
+        model((0,))[a] * model((0, a))[b] * model((0, a, b))[c] for a, b, c in sequences
+    ])  # fmt: skip
+    observed = np.array([counts.get(s, 0) for s in sequences])
+    assert chi_square_p(observed, exact * n) > P_MIN
+
+
+def test_the_check_catches_a_wrong_rule():
+    """The chi-square check has power: keeping every drawn candidate (taking the draft's
+    distribution for the target's, which exact-match acceptance does with sampled drafts) is
+    caught at the same sample size."""
+    model, rng, n = Synthetic(5, 0.5), rng_for(7), 12_000
+    q = np.random.default_rng(1).dirichlet(np.ones(V))
+    firsts = [draw_candidates(q, 1, rng)[0] for _ in range(n)]
+    observed = np.bincount(firsts, minlength=V)
+    assert chi_square_p(observed, model((0,)) * n) < P_MIN
+
+
+def test_candidates_are_distinct_and_follow_q():
+    rng = rng_for(0)
+    q = np.array([0.5, 0.3, 0.2, 0.0, 0.0])
+    firsts = []
+    for _ in range(6000):
+        c = draw_candidates(q, 3, rng)
+        assert len(c) == len(set(c)) == 3 and 3 not in c and 4 not in c
+        firsts.append(c[0])
+    observed = np.bincount(firsts, minlength=5)
+    assert chi_square_p(observed[:3], q[:3] * 6000) > P_MIN
+    assert draw_candidates(np.array([0.0, 1.0, 0.0]), 3, rng) == [1]
+
+
+# --- the decoders on a tiny real model --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folders):
+    loaded = ss.load(str(tiny_folders["llama"]))
+    loaded.eos_token_ids = set()  # every run decides all its tokens: fixed-length sequences
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def trained_streams(tiny, tmp_path_factory):
+    """Lossless streams trained on the tiny model's own continuations (they accept drafts)."""
+    rng = np.random.default_rng(0)
+    examples = []
+    for i in range(24):
+        prompt = [int(t) for t in rng.integers(3, 250, size=6)]
+        out = ss.generate(tiny, prompt, max_tokens=40, sampling=SamplingParams(0.7, seed=i))
+        ids = prompt + out.token_ids
+        examples.append(Example(ids, [False] * len(prompt) + [True] * (len(ids) - len(prompt))))
+    cfg = StreamConfig(gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
+    params = StreamParams(cfg.validate(4), tiny.config["hidden_size"])
+    train(tiny, params, Dataset(examples[:20], "self"), examples[20:],
+          tmp_path_factory.mktemp("t") / "a", TrainConfig(steps=60, batch_size=4,
+          learning_rate=3e-3, val_every=60, checkpoint_every=60), log=lambda s: None)  # fmt: skip
+    return params
+
+
+def untrained_streams(tiny):
+    cfg = StreamConfig(gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4).validate(4)
+    return StreamParams(cfg, tiny.config["hidden_size"]).randomize(3)
+
+
+def plain_distribution(loaded, prompt, sampling, n_tokens):
+    """Exact probability of every n-token continuation under plain sampling."""
+    table = {(): 1.0}
+    for _ in range(n_tokens):
+        grown = {}
+        for seq, pr in table.items():
+            logits = loaded.model(mx.array(prompt + list(seq))[None])[0, -1]
+            p = np.array(probabilities(logits, sampling), dtype=np.float64)
+            for t in np.flatnonzero(p > 0):
+                grown[(*seq, int(t))] = pr * p[t]
+        table = grown
+    return table
+
+
+@pytest.mark.parametrize(
+    "streams_kind, sampling, decoder",
+    [
+        ("untrained", SamplingParams(0.7, top_k=4), "ss"),
+        ("trained", SamplingParams(0.7, top_k=4), "ss"),
+        ("trained", SamplingParams(1.0, top_p=0.8, top_k=3), "ss"),
+        ("trained", SamplingParams(1.0, top_k=3), "ss+pld"),
+    ],
+)
+def test_speculative_sampling_equals_plain_sampling(
+    tiny, trained_streams, streams_kind, sampling, decoder
+):
+    streams = trained_streams if streams_kind == "trained" else untrained_streams(tiny)
+    prompt = [5, 9, 5, 9, 5]  # repeats, so ss+pld's lookup drafts too
+    n_tokens, runs = 3, 1200
+    exact = plain_distribution(tiny, prompt, sampling, n_tokens)
+    counts, passes, decided = {}, 0, 0
+    for i in range(runs):
+        s = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, seed=10_000 + i)
+        out = ss.generate(tiny, prompt, max_tokens=n_tokens, sampling=s, decoder=decoder,
+                          streams=streams, chat=False)  # fmt: skip
+        seq = tuple(out.token_ids)
+        assert len(seq) == n_tokens
+        counts[seq] = counts.get(seq, 0) + 1
+        passes, decided = passes + out.stats.forward_passes, decided + n_tokens
+    assert set(counts) <= set(exact)  # never a token plain sampling could not give
+    cells = sorted(exact)
+    observed = np.array([counts.get(c, 0) for c in cells])
+    assert chi_square_p(observed, np.array([exact[c] for c in cells]) * runs) > P_MIN
+    if streams_kind == "trained":
+        assert decided / passes > 1.1  # drafts were accepted
+
+
+def test_seed_replays_and_greedy_is_unchanged(tiny, trained_streams):
+    prompt = encode_prompt(tiny, "seeded")
+    a, b, c = (
+        ss.generate(
+            tiny,
+            prompt,
+            max_tokens=20,
+            decoder="ss",
+            streams=trained_streams,
+            sampling=SamplingParams(0.8, seed=seed),
+        )  # fmt: skip
+        for seed in (1, 1, 2)
+    )
+    assert a.token_ids == b.token_ids and a.stats.forward_passes == b.stats.forward_passes
+    assert a.token_ids != c.token_ids
+    greedy = ss.generate(tiny, prompt, max_tokens=20, decoder="ss", streams=trained_streams)
+    plain = ss.generate(tiny, prompt, max_tokens=20)
+    assert greedy.token_ids == plain.token_ids
+
+
+def test_shared_mode_samples_too(tiny_folders):
+    from specstream_mlx.streams.lora import apply_lora, remove_lora
+
+    loaded = ss.load(str(tiny_folders["qwen2"]))
+    cfg = StreamConfig(gamma=2, top_k=1, n_msa_layers=2, max_tree_nodes=3, mode="shared")
+    loaded.streams = StreamParams(cfg.validate(4), loaded.config["hidden_size"]).randomize(1)
+    apply_lora(loaded.model, 8, 20.0)
+    try:
+        s = SamplingParams(0.9, seed=4)
+        plain = ss.generate(loaded, "shared", max_tokens=12, sampling=s)  # one token per pass
+        again = ss.generate(loaded, "shared", max_tokens=12, sampling=s)
+        spec = ss.generate(loaded, "shared", max_tokens=12, sampling=s, decoder="ss",
+                           streams=loaded.streams)  # fmt: skip
+        assert plain.token_ids == again.token_ids and plain.stats.forward_passes == 12
+        assert len(spec.token_ids) == 12
+    finally:
+        remove_lora(loaded.model)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--temp", "-1"], "temperature"),
+        (["--temp", "0.7", "--top-p", "0"], "top"),
+        (["--temp", "0.7", "--top-p", "1.5"], "top"),
+        (["--temp", "0.7", "--top-k", "-2"], "top-k"),
+    ],
+)
+def test_bad_sampling_flags_are_clear_errors(flags, message, capsys):
+    from specstream_apps.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--decoder", "ss", "--prompt", "hi", *flags])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
