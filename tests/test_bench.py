@@ -188,12 +188,23 @@ def test_cli_bad_input_is_one_clear_line(tiny_folders, questions, tmp_path):
         ),
         "must include ar",
     )
-    assert_clean_error(
-        specstream(
-            "bench", "--suite", "mtbench", "--data", str(questions), "--temp", "0.7", *model
-        ),
-        "use --temp 0",
-    )
+
+
+def test_bench_samples_with_the_speculative_methods(
+    tiny_folders, tiny_adapter, questions, tmp_path
+):
+    out = tmp_path / "r.json"
+    proc = specstream(
+        "bench", "--suite", "specbench", "--data", str(questions), "--limit", "1",
+        "--max-tokens", "6", "--methods", "ar,ss,ss+pld", "--adapter", str(tiny_adapter),
+        "--model", str(tiny_folders["llama"]), "--temp", "0.7", "--json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["config"]["temp"] == 0.7
+    for row in report["methods"]:
+        assert row["identical_to_ar"] is None  # samples are not compared token by token
+        assert row["generated_tokens"] >= 1 and row["mean_accepted_tokens"] >= 1
 
 
 def test_cli_writes_json_markdown_and_plot(tiny_folders, tiny_adapter, questions, tmp_path):

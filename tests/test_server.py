@@ -150,10 +150,6 @@ def test_text_completions_plain_and_streamed(client):
          "max_tokens"),
         ("/v1/chat/completions", {"messages": QUESTION, "max_tokens": 5000}, None, KEY, 422,
          "at most 1500"),
-        ("/v1/chat/completions", {"messages": QUESTION, "adapter": "chat", "temperature": 0.7,
-         "decoder": "ss"}, None, KEY, 422, "the ss decoder is greedy"),
-        ("/v1/chat/completions", {"messages": QUESTION, "adapter": "sql", "temperature": 0.7},
-         None, KEY, 422, "sampling with a shared-mode adapter (sql) is not supported"),
         ("/v1/completions", {"prompt": ""}, None, KEY, 422, "prompt"),
         ("/v1/chat/completions", {"messages": QUESTION, "temperature": 0.5, "seed": -1}, None,
          KEY, 422, "seed"),
@@ -181,9 +177,9 @@ def test_a_streamed_request_that_cannot_run_fails_before_streaming(server):
         response = raw(server, "/v1/chat/completions", body)
         assert response.status_code == 400, response.text
         assert response.json()["error"]["code"] == "context_length_exceeded"
-    body = {"messages": QUESTION, "adapter": "sql", "temperature": 0.5, "stream": True}
+    body = {"messages": QUESTION, "adapter": "sql", "stop": ["\n"], "stream": True}
     response = raw(server, "/v1/chat/completions", body)
-    assert response.status_code == 422 and "shared-mode" in response.json()["error"]["message"]
+    assert response.status_code == 422 and "stop" in response.json()["error"]["message"]
 
 
 def test_openai_message_shapes(client):
@@ -199,15 +195,24 @@ def test_openai_message_shapes(client):
     assert one.usage.completion_tokens <= 5 and one.usage.prompt_tokens == two.usage.prompt_tokens
 
 
-def test_sampling_decodes_plainly_with_a_seed(client):
-    one = client.chat.completions.create(
-        model="chat", messages=QUESTION, max_tokens=16, temperature=0.8, seed=3
-    )
-    two = client.chat.completions.create(
-        model="chat", messages=QUESTION, max_tokens=16, temperature=0.8, seed=3
-    )
-    assert one.choices[0].message.content == two.choices[0].message.content
-    assert one.model_extra["speculative"]["decoder"] == "ar"
+def test_sampling_with_an_adapter_is_speculative_and_seeded(client):
+    """Sampling requests run the speculative decoder too (tree rejection sampling keeps the
+    distribution exact); a seed replays the same text, also with a shared-mode adapter."""
+    for model in ("chat", "sql"):
+        one, two = (
+            client.chat.completions.create(
+                model=model,
+                messages=SQL if model == "sql" else QUESTION,
+                max_tokens=16,
+                temperature=0.8,
+                top_p=0.95,
+                seed=3,
+            )  # fmt: skip
+            for _ in range(2)
+        )
+        assert one.choices[0].message.content == two.choices[0].message.content
+        assert one.model_extra["speculative"]["decoder"] == "ss+pld"
+        assert one.usage.completion_tokens >= 1
 
 
 def test_a_client_that_leaves_mid_stream_frees_the_worker(server, client):
