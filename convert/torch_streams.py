@@ -12,7 +12,9 @@ attention-mask conventions of a particular transformers version.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -21,6 +23,12 @@ from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
+from specstream_mlx.decoding.rejection import (
+    cap_breadth_first,
+    draw_candidates,
+    rng_for,
+    verify_sampled,
+)
 from specstream_mlx.decoding.step import Step
 from specstream_mlx.decoding.tree import (
     Tree,
@@ -30,6 +38,7 @@ from specstream_mlx.decoding.tree import (
     msa_mask,
     prune,
 )
+from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling (as the MLX runtime)
@@ -263,6 +272,7 @@ def speculative_decode(
     draft: bool = True,
     lookup: LookupConfig | None = None,
     draft_override=None,
+    sampling: SamplingParams | None = None,
 ) -> Iterator[Step]:
     """Greedy Speculative Streaming (the MLX runtime's speculative_decode): each pass verifies
     the previous draft and drafts the next one from the streams of the last accepted node.
@@ -270,7 +280,11 @@ def speculative_decode(
     shared-mode model, whose main stream attends to its own streams). `lookup` drafts the prompt
     lookup chain instead of the streams' tree whenever the context has a match.
     `draft_override` (a test hook, as on the MLX side): given the tokens decided so far, the
-    tokens each stream should propose."""
+    tokens each stream should propose. With `sampling` (a temperature) the drafts are drawn from
+    the streams' distributions and verified by tree rejection sampling, as on the MLX side."""
+    if sampling is not None and not sampling.greedy:
+        yield from _sampled(model, streams, prompt_ids, max_tokens, draft, lookup, sampling)
+        return
     view, cfg = View(model), streams.config
     n_low = len(view.layers) - cfg.n_msa_layers
     caches = [LayerCache() for _ in view.layers]
@@ -304,6 +318,70 @@ def speculative_decode(
         else:
             stream_tokens = []
         yield Step(tokens, len(tree), len(survivors))
+
+
+def _sampled(model, streams, prompt_ids, max_tokens, draft, lookup, sampling) -> Iterator[Step]:
+    """The MLX runtime's speculative sampling (decoding/speculative.py `_sampled`): candidates
+    drawn without replacement from the streams' distributions, a breadth-first node cap (no
+    pruning head), recursive rejection sampling (decoding/rejection.py, shared)."""
+    view, cfg = View(model), streams.config
+    streams = _unpruned(streams)
+    caches = [LayerCache() for _ in view.layers]
+    prefill(view, streams, prompt_ids[:-1], caches)
+    depth = draft_depth(streams.config) if draft else 0
+    n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
+    rng = rng_for(sampling.seed)
+    root, candidates, drafts, decided = prompt_ids[-1], [], [], 0
+    history = list(prompt_ids)
+    while decided < max_tokens:
+        copied = lookup_draft(history, lookup) if lookup is not None and draft else []
+        if copied:
+            tree, drafts = draft_tree(root, [[t] for t in copied]), [None] * len(copied)
+        else:
+            tree = cap_breadth_first(draft_tree(root, candidates), cfg.max_tree_nodes)
+        offset = caches[0].offset
+        survivors, main_logits, stream_logits = tree_forward(
+            view, streams, tree, caches, n_streams, len(copied)
+        )
+        assert survivors == list(range(len(tree)))
+        target = probabilities(main_logits, sampling).double().cpu().numpy()
+        path, token = verify_sampled(tree, lambda n, t=target: t[n], drafts, rng)
+        for cache in caches:  # nothing was pruned: node and survivor indices agree
+            cache.keep(offset, path)
+        tokens = [tree.tokens[n] for n in path[1:]] + [token]
+        tokens = tokens[: max_tokens - decided]
+        decided += len(tokens)
+        history.extend(tokens)
+        root = tokens[-1]
+        if depth > 0:
+            q = probabilities(stream_logits[path[-1], :depth], sampling).double().cpu().numpy()
+            drafts = list(q)
+            candidates = [draw_candidates(q[j], cfg.top_k, rng) for j in range(depth)]
+        yield Step(tokens, len(tree), len(tree))
+
+
+def _unpruned(streams: TorchStreams) -> TorchStreams:
+    """The same parameters with pruning off (sampling fixes the tree's shape in advance)."""
+    other = copy.copy(streams)
+    other.config = replace(streams.config, prune_threshold=0.0)
+    return other
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(..., V) logits -> float32 probabilities after temperature, top-k and top-p: the MLX
+    runtime's `sampling.probabilities`."""
+    logits = logits.float() / params.temperature
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
 
 
 def top_k_ids(logits: torch.Tensor, k: int) -> torch.Tensor:

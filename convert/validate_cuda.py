@@ -31,6 +31,7 @@ from specstream_mlx.bench.report import markdown
 from specstream_mlx.decoding.lookup import LookupConfig
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.jsonl import read_rows
+from specstream_mlx.sampling import SamplingParams
 
 from .torch_adapter import load_torch_adapter
 from .torch_base import TorchBase, load_base
@@ -65,15 +66,21 @@ def _timed(base: TorchBase, run) -> Sample:
     return Sample(tokens, seconds, passes, peak)
 
 
-def hf_generate(base: TorchBase, prompt_ids: list[int], max_tokens: int):
-    """transformers' greedy generate; stops at EOS like the speculative decoder."""
+def hf_generate(base: TorchBase, prompt_ids: list[int], max_tokens: int, sampling=None):
+    """transformers' generate, greedy (or sampling at `sampling.temperature` with its top-k /
+    top-p); stops at EOS like the speculative decoder."""
     from transformers import GenerationConfig
 
     # An explicit config: a model's own generation_config may carry a repetition penalty or
     # other settings that make generate() something other than plain greedy decoding.
+    sampled = sampling is not None and not sampling.greedy
+    extra = {}
+    if sampled:
+        extra = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     config = GenerationConfig(
         max_new_tokens=max_tokens,
-        do_sample=False,
+        do_sample=sampled,
+        **extra,
         eos_token_id=sorted(base.eos_token_ids),
         pad_token_id=base.tokenizer.pad_token_id or sorted(base.eos_token_ids)[0],
     )
@@ -105,24 +112,30 @@ def read_prompts(path: str | None, limit: int) -> list[tuple[str, str]]:
     return build_chat_mix(data, limit, seed=1, split="dev")
 
 
-def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print) -> dict:
+def validate(
+    base: TorchBase, adapter: str, prompts, max_tokens: int, log=print, sampling=None
+) -> dict:
+    """With `sampling` (a temperature), every method samples (transformers' generate with
+    do_sample, the tree decoder by rejection sampling) and outputs are not compared."""
     folder = Path(adapter) if Path(adapter).exists() else SHIPPED / adapter
     streams = load_torch_adapter(folder, base)
     cfg = streams.config
     eos = base.eos_token_ids
 
     def ss(ids, **kw):
-        return decode_until_eos(speculative_decode(base.model, streams, ids, max_tokens, **kw), eos)
+        steps = speculative_decode(base.model, streams, ids, max_tokens, sampling=sampling, **kw)
+        return decode_until_eos(steps, eos)
 
     methods = {
         # a shared-mode adapter's LoRA is on the model: generate() is then the timing baseline
-        "ar": lambda ids: hf_generate(base, ids, max_tokens),
+        "ar": lambda ids: hf_generate(base, ids, max_tokens, sampling),
         "ss": ss,
         "ss+pld": lambda ids: ss(ids, lookup=LookupConfig()),
     }
     if cfg.mode == "shared":
         methods["ss-plain"] = lambda ids: ss(ids, draft=False)
     reference = "ss-plain" if cfg.mode == "shared" else "ar"
+    sampled = sampling is not None and not sampling.greedy
     encoded = [(c, base.encode_chat(p)) for c, p in prompts]
     for run in methods.values():  # warm-up: CUDA kernels, allocator
         run(encoded[0][1][:16])
@@ -140,7 +153,8 @@ def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print)
     rows = []
     for name in methods:
         row = {"name": name, "adapter": adapter if name != "ar" else None}
-        row.update(_summary(samples[name], samples["ar"], samples[reference], name == reference))
+        compare = name == reference or sampled
+        row.update(_summary(samples[name], samples["ar"], samples[reference], compare))
         row["extra_params"] = 0 if name == "ar" else extra
         peaks = [s.peak_mb for s in samples[name] if s.peak_mb is not None]
         row["peak_memory_mb"] = round(max(peaks), 1) if peaks else None
@@ -152,7 +166,7 @@ def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print)
                 return [xs[i] for i in idx]
 
             row["per_category"][c] = _summary(
-                pick(samples[name]), pick(samples["ar"]), pick(samples[reference]), False
+                pick(samples[name]), pick(samples["ar"]), pick(samples[reference]), compare
             )
         rows.append(row)
     return {
@@ -165,7 +179,7 @@ def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print)
             "max_tokens": max_tokens,
             "methods": list(methods),
             "adapter": adapter,
-            "temp": 0.0,
+            "temp": 0.0 if not sampled else sampling.temperature,
             "model": base.name,
             "precision": str(next(base.model.parameters()).dtype).replace("torch.", ""),
             "reference": reference,
@@ -178,7 +192,7 @@ def validate(base: TorchBase, adapter: str, prompts, max_tokens: int, log=print)
     }
 
 
-def _summary(samples, ar, reference, is_reference: bool) -> dict:
+def _summary(samples, ar, reference, not_compared: bool) -> dict:
     passes = sum(s.passes for s in samples)
     tokens = sum(len(s.tokens) for s in samples)
     seconds = sum(s.seconds for s in samples)
@@ -191,7 +205,7 @@ def _summary(samples, ar, reference, is_reference: bool) -> dict:
         "mean_accepted_tokens": round(tokens / passes, 3) if passes else 0.0,
         "forward_passes": passes,
         "quality": {},
-        "identical_to_ar": None if is_reference else round(identical / len(samples), 4),
+        "identical_to_ar": None if not_compared else round(identical / len(samples), 4),
         "prefill_seconds": None,
         "decode_seconds": round(seconds, 3),
         "generated_tokens": tokens,
@@ -228,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
+    p.add_argument("--temp", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON report here")
     args = p.parse_args(argv)
     try:
@@ -235,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError("--limit and --max-tokens must be >= 1")
         if args.out and not Path(args.out).resolve().parent.is_dir():
             raise SpecstreamError(f"--out: no folder {Path(args.out).parent}")
+        sampling = SamplingParams(args.temp, args.top_p, args.top_k, args.seed)
         base = load_base(args.model, device=args.device, dtype=args.dtype)
         prompts = read_prompts(args.prompts, args.limit)
-        result = validate(base, args.adapter, prompts, args.max_tokens)
+        result = validate(base, args.adapter, prompts, args.max_tokens, sampling=sampling)
     except SpecstreamError as exc:
         print(f"validate_cuda: error: {exc}", file=sys.stderr)
         return 2

@@ -492,6 +492,10 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     rows = {m["name"]: m for m in json.loads(out.read_text())["methods"]}
     assert set(rows) == {"ar", "ss", "ss+pld", "ss-plain"}  # the exact reference of shared mode
     assert rows["ss"]["identical_to_ar"] == 1.0 and rows["ss-plain"]["identical_to_ar"] is None
+    assert validate([*argv, "--temp", "0.8", "--top-k", "5", "--seed", "1"]) == 0
+    report = json.loads(out.read_text())
+    assert report["config"]["temp"] == 0.8
+    assert all(m["identical_to_ar"] is None for m in report["methods"])  # samples: not compared
     # half precision runs (streams follow the base's dtype); not a parity check
     assert validate([*argv[:3], str(shared), *argv[4:], "--dtype", "bfloat16"]) == 0
     assert json.loads(out.read_text())["config"]["precision"] == "bfloat16"
@@ -574,3 +578,44 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys)
     bad = [*argv[:3], str(tmp_path / "missing.csv"), *argv[4:6], "--out", str(tmp_path / "z")]
     assert torch_train.main(bad) == 2
     assert not (tmp_path / "z").exists()
+
+
+def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
+    """The torch decoder samples by the same tree rejection sampling: its first three tokens are
+    distributed as plain sampling's under transformers' own forward (exact table), and a seed
+    replays them."""
+    from convert.torch_streams import probabilities
+    from specstream_mlx.sampling import SamplingParams
+
+    from .test_speculative_sampling import chi_square_p
+
+    folder, _ = trained["lossless"]
+    _, base = pairs["llama"]
+    streams = load_torch_adapter(folder, base)
+    prompt, sampling, runs = [5, 9, 5, 9, 5], SamplingParams(0.8, top_k=3), 800
+    table = {(): 1.0}
+    with torch.inference_mode():
+        for _ in range(3):
+            grown = {}
+            for seq, pr in table.items():
+                logits = base.model(torch.tensor([prompt + list(seq)])).logits[0, -1]
+                p = probabilities(logits, sampling).double().numpy()
+                grown.update({(*seq, int(t)): pr * p[t] for t in np.flatnonzero(p > 0)})
+            table = grown
+    counts = {}
+    for i in range(runs):
+        s = SamplingParams(0.8, top_k=3, seed=i)
+        steps = speculative_decode(base.model, streams, prompt, 3, sampling=s)
+        seq = tuple(t for step in steps for t in step.tokens)
+        counts[seq] = counts.get(seq, 0) + 1
+    assert set(counts) <= set(table)
+    cells = sorted(table)
+    observed = np.array([counts.get(c, 0) for c in cells])
+    assert chi_square_p(observed, np.array([table[c] for c in cells]) * runs) > 1e-3
+    again = SamplingParams(0.8, top_k=3, seed=7)
+    one, two = (
+        [t for step in speculative_decode(base.model, streams, prompt, 12, sampling=again)
+         for t in step.tokens]
+        for _ in range(2)
+    )  # fmt: skip
+    assert one == two
