@@ -282,13 +282,6 @@ def test_bad_stream_config(tiny_models, config, fragment):
         StreamConfig(**{"n_msa_layers": 2, **config}).validate(n_layers=4)
 
 
-def test_sampling_with_ss_is_a_clear_error(tiny_models):
-    with pytest.raises(ss.SpecstreamError, match="greedy"):
-        ss.generate(
-            tiny_models["llama"], "hi", decoder="ss", sampling=ss.SamplingParams(temperature=0.7)
-        )
-
-
 def test_top_k_tokens_best_first():
     from specstream_mlx.decoding.speculative import top_k_tokens
 
