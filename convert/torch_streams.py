@@ -283,6 +283,8 @@ def speculative_decode(
     tokens each stream should propose. With `sampling` (a temperature) the drafts are drawn from
     the streams' distributions and verified by tree rejection sampling, as on the MLX side."""
     if sampling is not None and not sampling.greedy:
+        if draft_override is not None:
+            raise ValueError("draft_override is for greedy decoding")
         yield from _sampled(model, streams, prompt_ids, max_tokens, draft, lookup, sampling)
         return
     view, cfg = View(model), streams.config
@@ -375,11 +377,12 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
-    if params.top_p < 1:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        drop_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+    if params.top_p < 1:  # ties with the last kept token are kept too, as on the MLX side
+        sorted_probs = torch.sort(probs, dim=-1, descending=True).values
+        keep = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) < params.top_p
+        last = keep.long().sum(dim=-1, keepdim=True) - 1
+        cutoff = torch.gather(sorted_probs, -1, last)
+        probs = probs.masked_fill(probs < cutoff, 0.0)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     return probs
 

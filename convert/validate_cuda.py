@@ -84,6 +84,8 @@ def hf_generate(base: TorchBase, prompt_ids: list[int], max_tokens: int, samplin
         eos_token_id=sorted(base.eos_token_ids),
         pad_token_id=base.tokenizer.pad_token_id or sorted(base.eos_token_ids)[0],
     )
+    if sampled and sampling.seed is not None:
+        torch.manual_seed(sampling.seed)
     ids = torch.as_tensor([prompt_ids], device=base.device)
     with torch.inference_mode():
         out = base.model.generate(

@@ -148,7 +148,7 @@ def stream_generate(
     model's context is full. decoder "ss" is Speculative Streaming with `streams` (default:
     untrained streams, which keep the output exact but accept few tokens); "ss+pld" drafts the
     prompt-lookup chain when the context has a match, the streams' tokens otherwise; "pld" is prompt
-    lookup decoding (drafts copied from the context, verified by the model: greedy, exact), or
+    lookup decoding (drafts copied from the context, verified by the model: lossless), or
     verification of the trees another `drafter` proposes (decoding.speculative.Drafter, e.g.
     Medusa heads).
     """

@@ -30,6 +30,8 @@ class SamplingParams:
             raise SpecstreamError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise SpecstreamError(f"top_k must be >= 0, got {self.top_k}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise SpecstreamError(f"seed must be in [0, 2**63), got {self.seed}")
 
     @property
     def greedy(self) -> bool:
@@ -44,12 +46,13 @@ def probabilities(logits: mx.array, params: SamplingParams) -> mx.array:
         logits = mx.where(logits < kth, -mx.inf, logits)
     probs = mx.softmax(logits, axis=-1)
     if params.top_p < 1:
-        # Keep the smallest set of most likely tokens whose mass reaches top_p.
-        order = mx.argsort(-probs, axis=-1)
-        sorted_probs = mx.take_along_axis(probs, order, axis=-1)
-        drop_sorted = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) >= params.top_p
-        drop = mx.put_along_axis(mx.zeros_like(drop_sorted), order, drop_sorted, axis=-1)
-        probs = mx.where(drop, 0.0, probs)
+        # Keep the smallest set of most likely tokens whose mass reaches top_p, and every token
+        # tied with the last one kept (so the set never depends on how a sort orders ties).
+        sorted_probs = -mx.sort(-probs, axis=-1)
+        keep = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) < params.top_p  # a prefix
+        last = keep.astype(mx.int32).sum(axis=-1, keepdims=True) - 1
+        cutoff = mx.take_along_axis(sorted_probs, last, axis=-1)
+        probs = mx.where(probs >= cutoff, probs, 0.0)
         probs = probs / probs.sum(axis=-1, keepdims=True)
     return probs
 

@@ -1,5 +1,5 @@
-"""Speculative Streaming decoding (greedy, lossless): each forward pass verifies the previous
-tree draft and drafts the next one from the streams of the last accepted node."""
+"""Speculative Streaming decoding (lossless, greedy or sampled): each forward pass verifies the
+previous tree draft and drafts the next one from the streams of the last accepted node."""
 
 from __future__ import annotations
 
