@@ -14,6 +14,7 @@ from specstream_mlx.decoding.rejection import (
     cap_breadth_first,
     draw_candidates,
     rng_for,
+    sample,
     verify_sampled,
 )
 from specstream_mlx.decoding.tree import draft_tree
@@ -61,7 +62,7 @@ class Synthetic:
         return self.cache[context]
 
 
-def synthetic_run(model, rng, k, depth, cap, drafts_kind, n_tokens=3):
+def synthetic_run(model, rng, k, depth, cap, drafts_kind, n_tokens=3, verify=verify_sampled):
     context, out = (0,), []
     while len(out) < n_tokens:
         if drafts_kind == "fixed":  # prompt lookup: fixed tokens (a function of the context)
@@ -86,7 +87,7 @@ def synthetic_run(model, rng, k, depth, cap, drafts_kind, n_tokens=3):
                 node = tree.parents[node]
             return model((*context, *tokens[::-1]))
 
-        path, token = verify_sampled(tree, target, drafts, rng)
+        path, token = verify(tree, target, drafts, rng)
         new = [tree.tokens[n] for n in path[1:]] + [token]
         context, out = (*context, *new), out + new
     return tuple(out[:n_tokens])
@@ -117,14 +118,26 @@ def test_tree_rejection_sampling_gives_the_target_distribution(k, depth, cap, dr
 
 
 def test_the_check_catches_a_wrong_rule():
-    """The chi-square check has power: keeping every drawn candidate (taking the draft's
-    distribution for the target's, which exact-match acceptance does with sampled drafts) is
-    caught at the same sample size."""
-    model, rng, n = Synthetic(5, 0.5), rng_for(7), 12_000
-    q = np.random.default_rng(1).dirichlet(np.ones(V))
-    firsts = [draw_candidates(q, 1, rng)[0] for _ in range(n)]
-    observed = np.bincount(firsts, minlength=V)
-    assert chi_square_p(observed, model((0,)) * n) < P_MIN
+    """The chi-square check has power: drawing the token after rejected candidates from the
+    full target instead of the residual (a common mistake) is caught at the same sample size."""
+    model, rng, n = Synthetic(12, 0.5), rng_for(2026), 12_000
+
+    def wrong(tree, target, drafts, rng):
+        path, token = verify_sampled(tree, target, drafts, rng)
+        if any(tree.parents[c] == path[-1] for c in range(1, len(tree))):  # children rejected
+            token = sample(target(path[-1]), rng)
+        return path, token
+
+    counts: dict[tuple, int] = {}
+    for _ in range(n):
+        seq = synthetic_run(model, rng, 2, 2, 7, "streams", verify=wrong)
+        counts[seq] = counts.get(seq, 0) + 1
+    sequences = list(itertools.product(range(V), repeat=3))
+    exact = np.array([
+        model((0,))[a] * model((0, a))[b] * model((0, a, b))[c] for a, b, c in sequences
+    ])  # fmt: skip
+    observed = np.array([counts.get(s, 0) for s in sequences])
+    assert chi_square_p(observed, exact * n) < P_MIN
 
 
 def test_candidates_are_distinct_and_follow_q():

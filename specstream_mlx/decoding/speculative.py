@@ -198,14 +198,9 @@ def _verify_drafts(
             )
             compact_layers(caches, len(arch.layers), offset, path, path)
             tokens = [tree.tokens[n] for n in path[1:]] + [token]
-            hidden = out.main_hidden[path[-1]]
-            tokens = tokens[: max_tokens - decided]
-            decided += len(tokens)
-            history.extend(tokens)
-            yield Step(tokens, len(tree), len(tree))
-            continue
-        argmax = mx.argmax(out.main_logits, axis=-1).tolist()
-        path, tokens = _accept(tree, out.survivors, argmax, caches, len(arch.layers), offset)
+        else:
+            argmax = mx.argmax(out.main_logits, axis=-1).tolist()
+            path, tokens = _accept(tree, out.survivors, argmax, caches, len(arch.layers), offset)
         hidden = out.main_hidden[path[-1]]
         tokens = tokens[: max_tokens - decided]
         decided += len(tokens)
