@@ -89,3 +89,34 @@ def sampling_of(args):
     import specstream_mlx as ss
 
     return ss.SamplingParams(args.temp, args.top_p, args.top_k, args.seed)
+
+
+def add_tuning_args(parser: argparse.ArgumentParser) -> None:
+    """--tree and --compile: how the device's calibration is used (specstream calibrate)."""
+    parser.add_argument(
+        "--tree",
+        choices=["auto", "adapter"],
+        default="auto",
+        help="auto (default): the draft tree that decodes fastest on this device, from the "
+        "adapter's acceptance statistics and the device's latency curve; adapter: the "
+        "adapter's own tree (implied by --tree-top-k, --max-tree-nodes, --prune-threshold)",
+    )
+    parser.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="compiled decoding steps: auto (default) where this device's calibration measured "
+        "them faster (without one: on Metal and CUDA, off on a CPU)",
+    )
+
+
+def tuning_of(args) -> dict:
+    """stream_generate's tree= and compile= from --tree / --compile (and the tree flags)."""
+    explicit = any(
+        getattr(args, name, None) is not None
+        for name in ("tree_top_k", "max_tree_nodes", "prune_threshold")
+    )
+    return {
+        "tree": "adapter" if explicit else args.tree,
+        "compile": {"auto": None, "on": True, "off": False}[args.compile],
+    }

@@ -7,7 +7,14 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from .args import add_model_args, add_sampling_args, positive_int, sampling_of
+from .args import (
+    add_model_args,
+    add_sampling_args,
+    add_tuning_args,
+    positive_int,
+    sampling_of,
+    tuning_of,
+)
 
 HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
 COMMANDS = """commands:
@@ -34,6 +41,7 @@ def add_parser(subparsers) -> None:
         "decodes plainly",
     )
     add_sampling_args(p)
+    add_tuning_args(p)
     p.add_argument("--max-tokens", type=positive_int, default=512, help="per answer (512)")
     p.add_argument("--system", default=None, help="a system message that opens the conversation")
     p.set_defaults(run=run)
@@ -51,6 +59,7 @@ class Session:
     passes: int = 0
     accepted: int = 0
     seconds: float = 0.0
+    tuning: dict = field(default_factory=dict)  # stream_generate's tree= and compile=
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
@@ -71,6 +80,7 @@ def run(args) -> int:
     if adapter is None and "chat" in manager.names():
         adapter = "chat"
     session = Session(adapter, args.decoder, args.system, sampling_of(args))
+    session.tuning = tuning_of(args)
     session.reset()
     tty = sys.stdin.isatty()
     print(
@@ -175,6 +185,7 @@ def answer(text: str, session: Session, manager, max_tokens: int) -> None:
                 max_tokens=max_tokens,
                 decoder=decoder_for(session),
                 sampling=session.sampling,
+                **session.tuning,
             )
             try:
                 for chunk in chunks:

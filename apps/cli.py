@@ -7,6 +7,7 @@ import sys
 
 from . import (
     bench_cmd,
+    calibrate_cmd,
     chat_cmd,
     convert_cmd,
     distill_cmd,
@@ -28,6 +29,7 @@ SUBCOMMANDS = (
     distill_cmd,
     train_cmd,
     bench_cmd,
+    calibrate_cmd,
 )
 
 

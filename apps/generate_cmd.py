@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
-from .args import add_model_args, add_sampling_args, positive_int, sampling_of
+from .args import (
+    add_model_args,
+    add_sampling_args,
+    add_tuning_args,
+    positive_int,
+    sampling_of,
+    tuning_of,
+)
 
 HELP = "generate text for one prompt"
 
@@ -67,6 +74,7 @@ def add_parser(subparsers) -> None:
         default=None,
         help="minimum early-exit transition probability of a child (default 0)",
     )
+    add_tuning_args(tree)
     p.add_argument("--max-tokens", type=positive_int, default=256, help="default: 256")
     add_sampling_args(p)
     p.add_argument(
@@ -103,6 +111,7 @@ def run(args) -> int:
         decoder=args.decoder,
         chat=False if args.raw else None,
         kv_bits=args.kv_bits,
+        **tuning_of(args),
     )
     if args.compare:  # one-off costs (allocation, first calls) paid before either is timed
         for decoder in (args.decoder, "ar"):

@@ -141,7 +141,8 @@ def run(args) -> int:
         log=lambda s: print(s, file=sys.stderr, flush=True),
         medusa=heads,
     )
-    last = progress["validations"][-1] if progress["validations"] else {}
+    last = dict(progress["validations"][-1]) if progress["validations"] else {}
+    acceptance = last.pop("acceptance", None)  # its own file in the adapter folder
     extra = {
         "training": {
             "data": data.summary,
@@ -161,6 +162,10 @@ def run(args) -> int:
         save_lora_adapter(out, loaded, extra=extra, overwrite=args.overwrite)
         print(f"wrote {out}: next-token NLL {last.get('next_token_nll')} (validation)")
     else:
+        from specstream_mlx.decoding.plan import Acceptance
+
+        if acceptance is not None:
+            params.acceptance = Acceptance.from_dict(acceptance)
         save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
         print(
             f"wrote {out}: tau chain {last.get('tau_chain')}, tau tree {last.get('tau_tree')} "

@@ -102,13 +102,14 @@ def on_cpu() -> bool:
     return mx.default_device().type == mx.DeviceType.cpu
 
 
-PRECISIONS = ("auto", "float32", "float16", "bfloat16", "stored")
+PRECISIONS = ("auto", "float32", "float16", "bfloat16", "q8", "q4", "stored")
 
 
 def resolve_precision(precision: str) -> str:
     """`auto` -> float32 on the CPU (there quantized matmuls cost more per token than float32 with
     OpenBLAS and do not get cheaper per token with more tokens in flight); on Metal and CUDA the
-    weights as stored (`stored`: quantized layers stay quantized)."""
+    weights as stored (`stored`: quantized layers stay quantized). q8 / q4: MLX's 8- or 4-bit
+    affine quantization (group size 64) of the dequantized weights."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision != "auto":

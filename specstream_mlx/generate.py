@@ -16,16 +16,18 @@ import mlx.core as mx
 
 from .decoding.lookup import LookupConfig, lookup_draft
 from .decoding.plain import plain_decode
-from .decoding.speculative import speculative_decode
-from .decoding.tree import draft_tree
+from .decoding.speculative import compiled_passes, speculative_decode
+from .decoding.tree import draft_depth, draft_tree
 from .errors import SpecstreamError
-from .models.arch import arch_of
+from .models.arch import SUPPORTED, arch_of
 from .models.loader import LoadedModel
 from .sampling import Sampler, SamplingParams
 from .streams.config import StreamConfig
+from .streams.lora import current_lora
 from .streams.params import StreamParams
 
 DECODERS = ("ar", "ss", "pld", "ss+pld")
+TREE_CHOICES = ("auto", "adapter")
 
 
 @dataclass
@@ -40,6 +42,7 @@ class GenerationStats:
     tree_nodes_kept: int = 0  # after pruning
     prompt_seconds: float = 0.0  # time to the first token (prefill included)
     wall_seconds: float = 0.0
+    tree: dict | None = None  # speculative decoders: the draft tree used and where it came from
 
     @property
     def mean_accepted_tokens(self) -> float:
@@ -59,6 +62,8 @@ class GenerationStats:
         out["tokens_per_second"] = round(self.tokens_per_second, 3)
         out["prompt_seconds"] = round(self.prompt_seconds, 4)
         out["wall_seconds"] = round(self.wall_seconds, 4)
+        if self.tree is None:
+            del out["tree"]
         return out
 
 
@@ -141,6 +146,8 @@ def stream_generate(
     kv_bits: int | None = None,
     draft_override=None,
     drafter=None,
+    tree: str = "auto",
+    compile: bool | None = None,
 ) -> Iterator[GenerationChunk]:
     """Generate from `prompt` (text, chat messages, or token ids), yielding text as it is decided.
 
@@ -151,7 +158,19 @@ def stream_generate(
     lookup decoding (drafts copied from the context, verified by the model: lossless), or
     verification of the trees another `drafter` proposes (decoding.speculative.Drafter, e.g.
     Medusa heads).
+
+    tree="auto" (greedy "ss" / "ss+pld"): when the streams carry acceptance statistics, draft
+    the static tree that decodes fastest on this device (calibration.tuned: the latency curve is
+    measured once per device and model and cached); when no tree beats one token per pass,
+    lossless streams are not run at all ("ss" decodes plainly, "ss+pld" as "pld"). tree="adapter"
+    drafts the streams' own tree (their top_k, node cap and pruning).
+
+    compile: run greedy "ss" / "ss+pld" passes and plain decoding steps as compiled graphs
+    (decoding.compiled); None decides by this device's calibration (compiled where it measured
+    faster; without a calibration: on Metal and CUDA, off on a CPU).
     """
+    if tree not in TREE_CHOICES:
+        raise SpecstreamError(f"tree must be one of {', '.join(TREE_CHOICES)}, got {tree!r}")
     if decoder not in DECODERS:
         raise SpecstreamError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
     if kv_bits not in (None, 4, 8):
@@ -172,6 +191,8 @@ def stream_generate(
             f"{loaded.context_length}"
         )
     budget = min(max_tokens, room)
+    if compile is None:
+        compile = _compile_default(loaded)
 
     stats = GenerationStats(prompt_tokens=len(prompt_ids))
     detokenizer = loaded.tokenizer.detokenizer
@@ -179,6 +200,11 @@ def stream_generate(
     start = time.perf_counter()
     if decoder in ("ss", "ss+pld"):
         params = streams or default_streams(loaded)
+        params, stats.tree = _tree_for(loaded, params, tree, sampling, draft_override)
+        if stats.tree.get("nodes") == 1 and params.config.mode == "lossless":
+            # one token per pass is fastest here: the streams would only cost time
+            decoder, params = ("pld" if decoder == "ss+pld" else "ar"), None
+    if decoder in ("ss", "ss+pld"):
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig() if decoder == "ss+pld" else None
         steps = speculative_decode(
@@ -191,6 +217,7 @@ def stream_generate(
             kv_bits,
             lookup=lookup,
             sampling=sampling,
+            compiled=compile,
         )
     elif decoder == "pld":
         arch = arch_of(loaded.model, loaded.config["model_type"])
@@ -239,9 +266,15 @@ def stream_generate(
             kv_bits,
             draft=False,
             sampling=sampling,
+            compiled=compile,
         )
     else:
-        steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling), kv_bits)
+        passes = None
+        supported = loaded.config["model_type"] in SUPPORTED
+        if compile and supported and current_lora(loaded.model) is None:  # LoRA may be swapped
+            arch = arch_of(loaded.model, loaded.config["model_type"])
+            passes = compiled_passes(arch, None)
+        steps = plain_decode(loaded.model, prompt_ids, budget, Sampler(sampling), kv_bits, passes)
     for step in steps:
         accepted = step.tokens
         stats.forward_passes += 1
@@ -281,6 +314,8 @@ def generate(
     chat: bool | None = None,
     streams: StreamParams | None = None,
     kv_bits: int | None = None,
+    tree: str = "auto",
+    compile: bool | None = None,
 ) -> GenerationResult:
     """Run `stream_generate` to the end and return the whole text, token ids and statistics."""
     pieces, tokens, finish, stats = [], [], "length", GenerationStats()
@@ -293,6 +328,8 @@ def generate(
         chat=chat,
         streams=streams,
         kv_bits=kv_bits,
+        tree=tree,
+        compile=compile,
     ):
         pieces.append(chunk.text)
         tokens.extend(chunk.token_ids)
@@ -307,6 +344,35 @@ def generate(
         model=loaded.name,
         adapter=loaded.adapter if decoder in ("ss", "ss+pld") or _shared(loaded) else None,
     )
+
+
+def _compile_default(loaded: LoadedModel) -> bool:
+    from .backend import device_name
+    from .calibration import read_curve
+
+    curve = loaded.latency_curve or read_curve(loaded)
+    if curve is not None:
+        return curve.compiled
+    return not device_name().startswith("cpu")
+
+
+def _tree_for(loaded, params, tree: str, sampling, draft_override) -> tuple:
+    """The streams to decode with and the --json stats' description of their tree."""
+    from .calibration import tuned
+
+    plan = None
+    if tree == "auto" and sampling.greedy and draft_override is None:
+        params, plan = tuned(loaded, params)
+    if plan is not None:
+        return params, {"source": "calibrated", **plan.to_dict()}
+    cfg = params.config
+    return params, {
+        "source": "adapter",
+        "top_k": cfg.top_k,
+        "max_tree_nodes": cfg.max_tree_nodes,
+        "prune_threshold": cfg.prune_threshold,
+        "depth": draft_depth(cfg),
+    }
 
 
 def _shared(loaded: LoadedModel) -> bool:

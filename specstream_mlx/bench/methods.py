@@ -48,6 +48,7 @@ class Sample:
     forward_passes: int
     accepted_tokens: int  # tokens the passes decided (tau = accepted / passes)
     peak_memory_mb: float
+    tree: dict | None = None  # the draft tree the speculative decoders used (stats.tree)
 
     @property
     def decode_seconds(self) -> float:
@@ -114,6 +115,7 @@ def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
         stats.forward_passes,
         stats.accepted_tokens,
         0.0,
+        stats.tree,
     )
 
 

@@ -148,6 +148,8 @@ def report(
         row.update(_summary(config.suite, m.name, turns, sampled))
         row["extra_params"] = m.extra_params
         row["peak_memory_mb"] = round(max(t.samples[m.name].peak_memory_mb for t in turns), 1)
+        trees = [t.samples[m.name].tree for t in turns if t.samples[m.name].tree is not None]
+        row["tree"] = trees[0] if trees else None  # chosen once per run
         row["per_category"] = {
             c: _summary(config.suite, m.name, [t for t in turns if t.category == c], sampled)
             for c in categories

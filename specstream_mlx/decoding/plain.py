@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from .compiled import compilable
 from .step import Step
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
@@ -37,8 +38,12 @@ def plain_decode(
     max_tokens: int,
     sample: Callable[[mx.array], mx.array],
     kv_bits: int | None = None,
+    compiled=None,
 ) -> Iterator[Step]:
     """Yield one token per forward pass, at most `max_tokens` times.
+
+    `compiled` (decoding.compiled.CompiledPasses of the model alone) runs each step as one
+    compiled graph; None runs mlx-lm's model eagerly.
 
     The next forward pass is queued (`mx.async_eval`) before the current token is handed out, so
     the caller's detokenizing and printing overlap with the model's work.
@@ -46,9 +51,14 @@ def plain_decode(
     cache = make_cache(model, kv_bits)
     token = sample(prefill(model, mx.array(prompt_ids), cache))
     mx.async_eval(token)
+    if compiled is not None and not compilable(cache):
+        compiled = None
     for n in range(max_tokens):
         if n + 1 < max_tokens:
-            next_token = sample(model(token.reshape(1, 1), cache=cache)[0, -1])
+            if compiled is not None:
+                next_token = sample(compiled.next_logits(token, cache))
+            else:
+                next_token = sample(model(token.reshape(1, 1), cache=cache)[0, -1])
             mx.async_eval(next_token)
         yield Step([token.item()])
         if n + 1 < max_tokens:

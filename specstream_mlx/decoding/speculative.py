@@ -12,13 +12,21 @@ import numpy as np
 from ..models.arch import Arch
 from ..sampling import SamplingParams, probabilities
 from ..streams.params import StreamParams
+from .compiled import CompiledPasses, compilable
 from .kv import compact
 from .lookup import LookupConfig, lookup_draft
 from .plain import PREFILL_CHUNK, make_cache
+from .plan import PROBE_TOP_K, sparse_tree
 from .rejection import cap_breadth_first, draw_candidates, rng_for, verify_sampled
 from .step import Step
 from .tree import Tree, accept_greedy, draft_depth, draft_tree
-from .tree_step import prefill_with_streams, tree_forward, verify_forward
+from .tree_step import (
+    ONE_HEAD_PASS_ROWS,
+    TreeOutput,
+    prefill_with_streams,
+    tree_forward,
+    verify_forward,
+)
 
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
@@ -39,6 +47,8 @@ def speculative_decode(
     drafter: Drafter | None = None,
     lookup: LookupConfig | None = None,
     sampling: SamplingParams | None = None,
+    probe: list | None = None,
+    compiled: bool = False,
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass accepts until `max_tokens` are decided.
 
@@ -50,7 +60,14 @@ def speculative_decode(
     shared-mode model, whose main stream attends to its own streams. params=None runs no streams:
     the model verifies the trees `drafter` proposes (prompt lookup, Medusa heads). `lookup` drafts
     with prompt lookup (decoding.lookup) whenever the context has a match, and with the streams
-    otherwise: copied text is drafted many tokens deep, the streams draft the rest."""
+    otherwise: copied text is drafted many tokens deep, the streams draft the rest.
+
+    `probe` (greedy, lossless or shared) collects acceptance statistics: each pass appends
+    (tokens decided so far, every stream's PROBE_TOP_K best tokens at the accepted node), which
+    decoding.plan.ranks_of turns into rank rows once the continuation is known.
+
+    compiled=True runs each pass that prunes nothing as one compiled graph (decoding.compiled;
+    the same tokens, fewer dispatched operations)."""
     sampled = sampling is not None and not sampling.greedy
     if params is None:
         if drafter is None:
@@ -70,28 +87,45 @@ def speculative_decode(
     n_low = len(arch.layers) - cfg.n_msa_layers
     caches = _prefilled(model, arch, params, prompt_ids, kv_bits)
     depth = draft_depth(cfg) if draft else cfg.gamma
-    # Lossless streams beyond the draft's depth are never used: they are not computed.
+    # Lossless streams beyond the draft's depth are never used: they are not computed (unless
+    # probed: then every stream's proposals are counted).
     n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
+    top_k = cfg.top_k
+    if probe is not None:
+        n_streams, top_k = cfg.gamma, max(top_k, PROBE_TOP_K)
+    passes = compiled_passes(arch, params) if compiled and compilable(caches) else None
     root, stream_tokens, decided = prompt_ids[-1], [], 0
     history = list(prompt_ids)
     while decided < max_tokens:
-        if cfg.prune_threshold == 0 and all(len(c) == 1 for c in stream_tokens):
-            # pruning a chain to N nodes keeps its first N - 1 levels: draft only those
-            stream_tokens = stream_tokens[: cfg.max_tree_nodes - 1]
         copied = lookup_draft(history, lookup) if lookup is not None and draft else []
         # A lookup match replaces the streams' draft: a chain runs the cheap causal path, and
         # on a CPU a wider tree costs more than the streams' branch gains (docs/BENCHMARKS.md).
-        tree = draft_tree(root, [[t] for t in copied] if copied else stream_tokens)
+        if copied:
+            tree = draft_tree(root, [[t] for t in copied])
+        elif cfg.tree is not None:  # the static tree chosen for this device
+            tree = sparse_tree(root, stream_tokens, cfg.tree)
+        else:
+            drafted = [c[: cfg.top_k] for c in stream_tokens[:depth]]
+            if cfg.prune_threshold == 0 and all(len(c) == 1 for c in drafted):
+                # pruning a chain to N nodes keeps its first N - 1 levels: draft only those
+                drafted = drafted[: cfg.max_tree_nodes - 1]
+            tree = draft_tree(root, drafted)
         offset = caches[0].offset
-        own_drafts = draft and depth > 0 and draft_override is None
+        own_drafts = draft and (depth > 0 or probe is not None) and draft_override is None
         extra = len(copied)  # the node cap is the streams': the lookup chain is not cut
-        out = tree_forward(arch, params, tree, caches, offset, n_streams, own_drafts, extra)
+        prunes = len(tree) > cfg.max_tree_nodes + extra or (
+            len(tree) > 1 and cfg.prune_threshold > 0
+        )
+        if passes is not None and not prunes:
+            out = _compiled_pass(passes, tree, caches, n_streams, own_drafts)
+        else:
+            out = tree_forward(arch, params, tree, caches, offset, n_streams, own_drafts, extra)
         argmax = mx.argmax(out.main_logits, axis=-1)
         # Every survivor's stream proposals in the same evaluation as the verification, when the
         # head pass produced them: one wait per pass instead of two.
         drafts = None
         if own_drafts and out.stream_logits is not None:
-            drafts = top_k_ids(out.stream_logits, cfg.top_k)  # (M, gamma, k)
+            drafts = top_k_ids(out.stream_logits, top_k)  # (M, gamma, k)
             mx.eval(argmax, drafts)
         argmax = argmax.tolist()
         path, tokens = _accept(tree, out.survivors, argmax, caches, n_low, offset)
@@ -99,15 +133,37 @@ def speculative_decode(
         decided += len(tokens)
         history.extend(tokens)
         root = tokens[-1]
-        if not draft or depth == 0:
+        if not draft or (depth == 0 and probe is None):
             stream_tokens = []
         elif draft_override is not None:
             stream_tokens = draft_override(history)
         elif drafts is not None:
             stream_tokens = drafts[path[-1]].tolist()
         else:
-            stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), cfg.top_k)
+            stream_tokens = top_k_tokens(out.streams_of(arch, path[-1]), top_k)
+        if probe is not None:
+            probe.append((len(history), stream_tokens))
         yield Step(tokens, len(tree), len(out.survivors))
+
+
+def compiled_passes(arch: Arch, params: StreamParams | None) -> CompiledPasses:
+    """The compiled passes kept with the streams (or the model): traces are reused across
+    generations."""
+    owner = arch.embed if params is None else params
+    passes = getattr(owner, "_compiled_passes", None)
+    if passes is None or passes.arch.embed is not arch.embed:
+        passes = CompiledPasses(arch, params)
+        object.__setattr__(owner, "_compiled_passes", passes)  # not a module child
+    return passes
+
+
+def _compiled_pass(passes, tree: Tree, caches, n_streams: int, stream_logits: bool) -> TreeOutput:
+    one_pass = stream_logits and len(tree) * (1 + n_streams) <= ONE_HEAD_PASS_ROWS
+    main, extra = passes(tree, caches, n_streams, stream_logits, one_pass)
+    survivors = list(range(len(tree)))
+    if one_pass:
+        return TreeOutput(survivors, main, None, extra)
+    return TreeOutput(survivors, main, extra)
 
 
 def _prefilled(model, arch: Arch, params: StreamParams, prompt_ids: list[int], kv_bits) -> list:

@@ -59,7 +59,10 @@ def draft_tree(root: int, stream_tokens: list[list[int]]) -> Tree:
 def draft_depth(cfg) -> int:
     """Streams whose tokens can survive pruning. A chain (k=1, no threshold) pruned to N nodes
     keeps exactly its first N-1 levels, so only those are drafted: the same survivors, without
-    the early-exit head or the lower layers' work on nodes that would be cut."""
+    the early-exit head or the lower layers' work on nodes that would be cut. A static tree
+    (`cfg.tree`) drafts as deep as its deepest path."""
+    if getattr(cfg, "tree", None) is not None:
+        return max((len(p) for p in cfg.tree), default=0)
     if cfg.top_k == 1 and cfg.prune_threshold == 0:
         return max(min(cfg.gamma, cfg.max_tree_nodes - 1), 0)
     return cfg.gamma

@@ -72,13 +72,15 @@ def msa_layers(
     prefix: int,
     n_streams: int | None = None,
     stream_nodes: np.ndarray | None = None,
+    mask: mx.array | None = None,
 ) -> mx.array:
     """main (1, M, d) hidden of M nodes at the pruning point, their depths (M,) and ancestors
     (M, M) -> (1, M + S*g, d): main rows, then the first g = n_streams (default gamma) streams
     of each of the S nodes in `stream_nodes` (default: all M). Stream j sees only streams 1..j,
     so fewer streams leave the first ones unchanged; in shared mode the main stream sees them
     all, so it needs all gamma. Only main rows enter the caches; caches=None runs without any
-    (training)."""
+    (training). `mask` replaces the one built from `anc` (compiled passes: KV buffers wider
+    than the prefix); `prefix` may then be an array."""
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
@@ -89,7 +91,8 @@ def msa_layers(
     streams = main[0, rows, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
     x = mx.concatenate([main, streams.reshape(1, len(nodes) * gamma, -1)], axis=1)
     positions = mx.concatenate([depths, mx.repeat(depths[rows], gamma)]) + prefix
-    mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes)
+    if mask is None:
+        mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes)
     with arch.positions(positions):
         for i, layer in enumerate(arch.layers[n_low:]):
             cache = None if caches is None else MainOnlyCache(caches[n_low + i], m)

@@ -37,13 +37,15 @@ class LoadedModel:
     config: dict
     name: str  # as the user named it ("smollm2-135m-instruct", a path, a hub id)
     path: Path  # the mlx-lm folder it was loaded from
-    precision: str  # float32 | float16 | bfloat16 | stored
+    precision: str  # float32 | float16 | bfloat16 | q8 | q4 | stored
     context_length: int
     eos_token_ids: set[int] = field(default_factory=set)
     streams: object = None  # StreamParams of the active adapter (or untrained ones)
     adapter: str | None = None  # where `streams` came from (None: untrained)
     # What adapters are checked against (streams.adapter_io.base_fingerprint), computed once.
     fingerprint: dict | None = field(default=None, repr=False, compare=False)
+    # This device's latency curve (calibration.latency_curve), read or measured on first need.
+    latency_curve: object = field(default=None, repr=False, compare=False)
 
 
 def cache_dir() -> Path:
@@ -98,6 +100,10 @@ def resolve_model_path(name: str | None) -> Path:
     raise SpecstreamError(f"model {name!r} not found; tried: " + "; ".join(tried))
 
 
+QUANTIZED_BITS = {"q8": 8, "q4": 4}
+QUANT_GROUP_SIZE = 64  # mlx-lm's default
+
+
 def _set_precision(model: nn.Module, precision: str) -> None:
     if precision == "stored":
         return
@@ -113,6 +119,9 @@ def _set_precision(model: nn.Module, precision: str) -> None:
         )
     )
     dequantize_model(model)
+    if precision in QUANTIZED_BITS:  # MLX's own affine quantization of the float32 weights
+        nn.quantize(model, group_size=QUANT_GROUP_SIZE, bits=QUANTIZED_BITS[precision])
+        return
     dtype = _DTYPES[precision]
     model.update(
         tree_map(

@@ -14,6 +14,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
+from ..decoding.plan import ACCEPTANCE_FILE, Acceptance
 from ..errors import SpecstreamError
 from .config import StreamConfig
 from .fingerprint import fingerprint
@@ -71,7 +72,10 @@ def save_adapter(
         "shapes": {name: list(w.shape) for name, w in weights.items()},
         **(extra or {}),
     }
-    write_folder(folder, weights, config)
+    more = {}
+    if params.acceptance is not None:  # measured acceptance: the device picks the tree
+        more[ACCEPTANCE_FILE] = params.acceptance.to_dict()
+    write_folder(folder, weights, config, more=more)
     return folder
 
 
@@ -106,15 +110,19 @@ def write_folder(
     config: dict,
     weights_name: str = WEIGHTS,
     config_name: str = CONFIG,
+    more: dict[str, dict] | None = None,
 ) -> None:
-    """Build the folder (one safetensors file, one JSON file) beside its target, then rename it
-    into place: a reader sees the old folder or the new one, never half of one."""
+    """Build the folder (one safetensors file, one JSON file, and the JSON files in `more`)
+    beside its target, then rename it into place: a reader sees the old folder or the new one,
+    never half of one."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
     try:
         mx.save_safetensors(str(tmp / weights_name), weights)
         (tmp / config_name).write_text(json.dumps(config, indent=2) + "\n")
+        for name, data in (more or {}).items():
+            (tmp / name).write_text(json.dumps(data, indent=1) + "\n")
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
@@ -213,6 +221,7 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
     lora = {k: weights[k] for k in lora_names}
     mx.eval(params.parameters(), lora)
+    params.acceptance = _acceptance(folder, stream_config)
     if not shared:
         return Adapter(source, params)
     return Adapter(source, params, lora, stream_config.lora_rank, stream_config.lora_scale)
@@ -248,6 +257,18 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
     attach(adapter, loaded)
     loaded.streams, loaded.adapter = streams, source  # the caller decides what is active
     return adapter.streams
+
+
+def _acceptance(folder: Path, config: StreamConfig) -> Acceptance | None:
+    """The folder's measured acceptance statistics (acceptance.json), which let the decoder
+    choose its tree for the device; None when there are none."""
+    acceptance = Acceptance.read(folder)
+    if acceptance is not None and acceptance.gamma != config.gamma:
+        raise SpecstreamError(
+            f"{folder / ACCEPTANCE_FILE} counts {acceptance.gamma} streams; the adapter has "
+            f"{config.gamma}"
+        )
+    return acceptance
 
 
 def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> None:

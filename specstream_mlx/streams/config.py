@@ -29,6 +29,10 @@ class StreamConfig:
     # lossless mode), on top of the LoRA they share with the main stream. With LoRA alone the
     # streams learned little (docs/BENCHMARKS.md); adapters saved before this field had none.
     shared_stream_adapters: bool = True
+    # A static sparse draft tree as rank paths ((0,), (1,), (0, 0), ...: node (i1..ij) holds the
+    # i_j-th best token of stream j); None drafts every stream's top_k (then pruned). Chosen per
+    # device from measured acceptance (calibration.tuned); never saved with an adapter.
+    tree: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def has_stream_adapters(self) -> bool:
@@ -60,6 +64,8 @@ class StreamConfig:
             problems.append(
                 f"shared_stream_adapters must be true or false, got {self.shared_stream_adapters!r}"
             )
+        if self.tree is not None:
+            problems += _tree_problems(self.tree, self.gamma)
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:
@@ -67,11 +73,29 @@ class StreamConfig:
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["tree"]  # a device's choice, not part of the adapter
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> StreamConfig:
         known = {f.name for f in fields(cls)}
         if data.get("mode") == "shared":  # adapters made before these fields existed
             data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        return cls(**{k: v for k, v in data.items() if k in known and k != "tree"})
+
+
+def _tree_problems(tree, gamma: int) -> list[str]:
+    """Rank paths must be non-empty tuples of ranks in [0, 64), at most gamma deep, each path's
+    parent listed before it."""
+    seen: set[tuple[int, ...]] = {()}
+    for path in tree:
+        ok = (
+            isinstance(path, tuple)
+            and 1 <= len(path) <= gamma
+            and all(isinstance(r, int) and 0 <= r < 64 for r in path)
+        )
+        if not ok or path[:-1] not in seen or path in seen:
+            return [f"tree path {path!r} is not a new rank path under a listed parent"]
+        seen.add(path)
+    return []

@@ -33,6 +33,7 @@ class StreamParams(nn.Module):
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
         self.config = config
+        self.acceptance = None  # decoding.plan.Acceptance, read with an adapter folder
         self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
         if config.has_stream_adapters:
             self.adapters = [

@@ -20,6 +20,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 from ..baselines.medusa import final_hidden, medusa_loss
+from ..decoding.plan import Acceptance
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
 from ..streams.lora import lora_settings
@@ -57,6 +58,8 @@ class Validation:
     tau_chain: float  # estimated accepted tokens per pass with a k=1 chain
     tau_tree: float  # ... with every stream's top-k in the tree
     positions: int
+    # decoding.plan.Acceptance.to_dict(): rank paths of the targets, for the device's tree choice
+    acceptance: dict | None = None
 
 
 def _example_order(n: int, index: int, seed: int) -> int:
@@ -73,7 +76,7 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
     """Greedy and top-k hits of the gamma drafters (streams, or Medusa heads) on held-out
     sequences, where all gamma targets exist. `logits_of(i, rows)` gives the (P, gamma, V)
     logits of example i's rows; drafter j at position p predicts token p + 1 + j."""
-    top1, topk = [], []
+    top1, topk, ranks = [], [], []
     for i, ex in enumerate(examples):
         mask, t = np.array(ex.loss_mask), len(ex.loss_mask)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
@@ -86,14 +89,19 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
         best = np.array(mx.argpartition(-logits, top_k - 1, axis=-1)[..., :top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
         topk.append((best == targets[..., None]).any(-1))
+        # rank of each target: how many tokens score strictly higher
+        target_logits = mx.take_along_axis(logits, mx.array(targets)[..., None], axis=-1)
+        ranks.append(np.array((logits > target_logits).sum(axis=-1)))
     if not top1:
         raise SpecstreamError("no validation position has gamma completion tokens after it")
     top1, topk = np.concatenate(top1), np.concatenate(topk)
+    acceptance = Acceptance.from_ranks(np.concatenate(ranks).tolist(), gamma, "training validation")
     return Validation(
         stream_accuracy=[round(float(a), 4) for a in top1.mean(axis=0)],
         tau_chain=round(1 + float(_leading_true(top1).mean()), 4),
         tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
         positions=int(top1.shape[0]),
+        acceptance=acceptance.to_dict(),
     )
 
 

@@ -1,0 +1,138 @@
+"""`specstream calibrate`: measure this device's latency curve (cached) and show, or measure, the
+draft tree an adapter gets here."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .args import add_model_args, positive_int
+
+HELP = "measure this device's forward latency curve and choose adapters' draft trees"
+
+
+def add_parser(subparsers) -> None:
+    from specstream_mlx.bench.suites import SUITES
+
+    p = subparsers.add_parser("calibrate", help=HELP, description=HELP)
+    add_model_args(p)
+    p.add_argument("--adapter", default=None, help="show the tree this adapter gets here")
+    p.add_argument(
+        "--force", action="store_true", help="measure the curve again (default: use the cache)"
+    )
+    p.add_argument(
+        "--measure-acceptance",
+        action="store_true",
+        help="decode prompts with the adapter and write its acceptance statistics "
+        "(acceptance.json in the adapter folder, atomically)",
+    )
+    p.add_argument(
+        "--suite",
+        choices=list(SUITES),
+        default=None,
+        help="prompts for --measure-acceptance (default: the suite of a shipped adapter)",
+    )
+    p.add_argument("--data", default=None, help="the suite's data file or folder")
+    p.add_argument("--limit", type=positive_int, default=24, help="prompts (default 24)")
+    p.add_argument(
+        "--skip",
+        type=int,
+        default=40,
+        help="suite items skipped first, so that benchmarks on the first 40 stay unseen "
+        "(default 40)",
+    )
+    p.add_argument("--max-tokens", type=positive_int, default=128)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import specstream_mlx as ss
+    from specstream_mlx import calibration
+    from specstream_mlx.streams.adapter_io import resolve_adapter
+
+    if args.measure_acceptance and not args.adapter:
+        raise ss.SpecstreamError("--measure-acceptance needs --adapter")
+    if args.skip < 0:
+        raise ss.SpecstreamError(f"--skip must be >= 0, got {args.skip}")
+    loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
+    log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
+    curve = calibration.read_curve(loaded)
+    cached = curve is not None and not args.force
+    if not cached:
+        log(f"measuring the latency curve of {loaded.name} ({loaded.precision}) on this device")
+        curve = calibration.measure_curve(loaded)
+        calibration.write_json_atomic(calibration.curve_path(loaded), curve.to_dict())
+    loaded.latency_curve = curve
+    out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
+    if args.adapter:
+        params = loaded.streams
+        if params is None:
+            raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
+        if args.measure_acceptance:
+            folder = resolve_adapter(args.adapter)
+            prompts = _prompts(args, folder.name)
+            params.acceptance = calibration.measure_acceptance(
+                loaded,
+                params,
+                prompts,
+                args.max_tokens,
+                source=f"greedy decoding of {len(prompts)} {args.suite or folder.name} prompts "
+                f"(items {args.skip}-{args.skip + len(prompts) - 1}), {args.max_tokens} tokens max",
+                log=log,
+            )
+            path = folder / "acceptance.json"
+            calibration.write_json_atomic(path, params.acceptance.to_dict())
+            log(f"wrote {path} ({params.acceptance.positions} positions)")
+        plan = calibration.plan_tree(loaded, params, curve)
+        if plan is None:
+            out["tree"] = None
+            log(
+                f"{args.adapter} has no acceptance statistics: it drafts its own tree "
+                "(measure them with --measure-acceptance)"
+            )
+        else:
+            out["tree"] = {**plan.to_dict(), "candidates": plan.candidates}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"{curve.model} ({curve.precision}) on {curve.device}: "
+        f"{'cached' if cached else 'measured in ' + str(curve.measured_seconds) + ' s'}, "
+        f"{out['curve_file']}"
+    )
+    print("| rows in flight | forward ms (all layers + head) | x 1 row |")
+    print("|---:|---:|---:|")
+    one = curve.n_layers * curve.layer_ms[0] + curve.head_ms[0]
+    for r, layer, head in zip(curve.rows, curve.layer_ms, curve.head_ms, strict=True):
+        ms = curve.n_layers * layer + head
+        print(f"| {r} | {ms:.1f} | {ms / one:.2f} |")
+    print(f"fixed cost of a tree pass: {curve.overhead_ms:.1f} ms")
+    tree = out.get("tree")
+    if tree:
+        print(
+            f"{args.adapter}: tree of {tree['nodes']} nodes, depth {tree['depth']}, paths "
+            f"{tree['paths']}: {tree['expected_tokens_per_pass']} tokens per pass expected, "
+            f"{tree['predicted_pass_ms']} ms per pass, predicted {tree['predicted_speedup']}x "
+            "plain decoding"
+        )
+    return 0
+
+
+def _prompts(args, adapter_name: str) -> list[str]:
+    from specstream_mlx import SpecstreamError
+    from specstream_mlx.bench.suites import SUITES, read_suite
+
+    suite = args.suite
+    if suite is None:
+        by_adapter = {a: s for s, (_, a) in SUITES.items() if s not in ("specbench", "mtbench")}
+        suite = by_adapter.get(adapter_name)
+        if suite is None:
+            raise SpecstreamError("--measure-acceptance needs --suite and --data for this adapter")
+        args.suite = suite
+    if args.data is None:
+        raise SpecstreamError("--measure-acceptance needs --data (the suite's data file or folder)")
+    questions = read_suite(suite, args.data, args.skip + args.limit)[args.skip :]
+    if not questions:
+        raise SpecstreamError(f"{args.data} has no items after the first {args.skip}")
+    return [q.turns[0] for q in questions]

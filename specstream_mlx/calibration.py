@@ -1,0 +1,354 @@
+"""Hardware calibration: how long a forward pass takes on this device for R rows in flight, and
+the tree that decodes fastest here given an adapter's measured acceptance.
+
+The latency curve is measured once per device, model, precision, MLX version and BLAS, and kept
+in a small JSON file under SPECSTREAM_CACHE/calibration. A tree pass is predicted from it: the N
+nodes through the layers below the MSA layers, N nodes plus their streams through the MSA layers,
+the LM head over the rows it projects, plus a measured fixed cost per pass (graph building, the
+wait for the result, KV compaction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from . import backend
+from .decoding.compiled import CompiledPasses, compilable
+from .decoding.plain import make_cache
+from .decoding.plan import Acceptance, TreePlan, choose_tree
+from .decoding.tree import Tree
+from .decoding.tree_step import ONE_HEAD_PASS_ROWS, tree_forward
+from .errors import SpecstreamError
+from .models.arch import arch_of
+from .models.loader import LoadedModel, cache_dir
+from .streams.config import StreamConfig
+from .streams.params import StreamParams
+
+CURVE_VERSION = 1
+CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+@dataclass
+class LatencyCurve:
+    device: str
+    model: str
+    precision: str
+    key: str
+    n_layers: int
+    context: int  # tokens in the KV cache while measuring
+    rows: list[int]
+    layer_ms: list[float]  # one decoder layer, R rows in flight
+    head_ms: list[float]  # final norm + LM head over R rows
+    overhead_ms: float  # a tree pass's fixed cost beyond its layers and head
+    compiled: bool = False  # compiled passes (decoding.compiled) measured faster here
+    mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
+    measured_seconds: float = 0.0
+    version: int = CURVE_VERSION
+
+    def _at(self, values: list[float], r: float) -> float:
+        return (
+            float(np.interp(r, self.rows, values))
+            if r <= self.rows[-1]
+            else (
+                values[-1] * r / self.rows[-1]  # beyond the grid: proportional to rows
+            )
+        )
+
+    def layer(self, rows: float) -> float:
+        return self._at(self.layer_ms, rows)
+
+    def head(self, rows: float) -> float:
+        return self._at(self.head_ms, rows)
+
+    @property
+    def plain_ms(self) -> float:
+        """One plain decoding step: every layer and the head on one row."""
+        return self.n_layers * self.layer(1) + self.head(1)
+
+    def pass_ms(self, nodes: int, streams: int, n_msa: int) -> float:
+        """A tree pass: `nodes` nodes, each with `streams` streams in the top `n_msa` layers."""
+        msa_rows = nodes * (1 + streams)
+        head = (
+            self.head(msa_rows)
+            if streams and msa_rows <= ONE_HEAD_PASS_ROWS
+            else self.head(nodes) + (self.head(streams) if streams else 0.0)
+        )
+        return (
+            (self.n_layers - n_msa) * self.layer(nodes)
+            + n_msa * self.layer(msa_rows)
+            + head
+            + self.overhead_ms
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def curve_key(loaded: LoadedModel) -> str:
+    """What the curve depends on: device, model (name and shape), precision, MLX, BLAS."""
+    from .streams.adapter_io import base_fingerprint
+
+    parts = {
+        "device": backend.device_name(),
+        "model": loaded.name,
+        "fingerprint": base_fingerprint(loaded),
+        "precision": loaded.precision,
+        "mlx": mx.__version__,
+        "blas": backend.preload_blas().library if mx.default_device() == mx.cpu else None,
+        "version": CURVE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def curve_path(loaded: LoadedModel) -> Path:
+    return cache_dir() / "calibration" / f"{curve_key(loaded)}.json"
+
+
+def _interleaved_ms(fns: dict, rounds: int) -> dict:
+    """Median milliseconds of each function, run in turn for `rounds` rounds after one warm-up
+    round: drifts of a shared machine hit every function alike."""
+    times: dict = {name: [] for name in fns}
+    for round_ in range(rounds + 1):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def measure_curve(
+    loaded: LoadedModel, rounds: int = 5, context: int = 128, rows=CURVE_ROWS
+) -> LatencyCurve:
+    """Time the model's passes and head for each row count, with `context` tokens cached: first
+    whether compiled passes beat eager ones here, then every row count in the faster mode."""
+    started = time.perf_counter()
+    model, config = loaded.model, loaded.config
+    arch = arch_of(model, config["model_type"])
+    n_layers = len(arch.layers)
+    context = max(1, min(context, loaded.context_length - 2 * max(rows) - 2))
+    cache = make_cache(model)
+    vocab = config["vocab_size"]
+    mx.eval(model(mx.arange(context)[None] % vocab, cache=cache)[0, -1])
+    passes = CompiledPasses(arch)
+
+    def chain(r):
+        return Tree(list(range(7, 7 + r)), list(range(-1, r - 1)), list(range(r)))
+
+    def forward(r: int, compiled: bool):
+        tree, tokens = chain(r), (mx.arange(r)[None] + 7) % vocab
+
+        def run():
+            if compiled:
+                mx.eval(passes(tree, cache)[0])
+            else:
+                mx.eval(model(tokens, cache=cache))
+            for c in cache:
+                c.trim(r)
+
+        return run
+
+    can_compile = compilable(cache)
+    modes = {}
+    if can_compile:
+        probe = {(c, r): forward(r, c) for r in (1, 2, 4) for c in (False, True)}
+        modes = _interleaved_ms(probe, rounds + 2)
+    compiled = can_compile and sum(modes[(True, r)] for r in (1, 2, 4)) < sum(
+        modes[(False, r)] for r in (1, 2, 4)
+    )
+    timed = _interleaved_ms({r: forward(r, compiled) for r in rows}, rounds)
+    heads = {}
+    for r in rows:
+        h = mx.random.normal((1, r, arch.dims)).astype(arch.norm.weight.dtype)
+        mx.eval(h)
+        heads[r] = lambda h=h: mx.eval(arch.lm_head(arch.norm(h)))
+    head_ms = _interleaved_ms(heads, rounds)
+    # More rows never cost less: smooth the measurement noise away.
+    head = np.maximum.accumulate([head_ms[r] for r in rows])
+    total = np.maximum.accumulate([timed[r] for r in rows])
+    layer = np.maximum.accumulate(np.maximum(total - head, 0.0) / n_layers)
+    curve = LatencyCurve(
+        backend.device_name(),
+        loaded.name,
+        loaded.precision,
+        curve_key(loaded),
+        n_layers,
+        context,
+        list(rows),
+        [round(float(v), 4) for v in layer],
+        [round(float(v), 4) for v in head],
+        0.0,
+        compiled=bool(compiled),
+        mode_ms={f"{'compiled' if c else 'eager'}_{r}": round(v, 2) for (c, r), v in modes.items()},
+    )
+    curve.overhead_ms = round(_measure_overhead(loaded, arch, curve, cache, rounds), 3)
+    curve.measured_seconds = round(time.perf_counter() - started, 2)
+    return curve
+
+
+def _measure_overhead(loaded, arch, curve: LatencyCurve, cache, rounds: int) -> float:
+    """A real tree pass (a 2-node chain, one stream per node, the result read back), in the
+    curve's mode, minus what the curve predicts for its layers and head."""
+    from .decoding.speculative import _compiled_pass
+
+    n_msa = min(4, curve.n_layers - 1)
+    params = StreamParams(
+        StreamConfig(gamma=1, n_msa_layers=n_msa, top_k=1, max_tree_nodes=2),
+        loaded.config["hidden_size"],
+    )
+    mx.eval(params.parameters())
+    tree = Tree([1, 2], [-1, 0], [0, 1])
+    passes = CompiledPasses(arch, params)
+
+    def run():
+        offset = cache[0].offset
+        if curve.compiled:
+            out = _compiled_pass(passes, tree, cache, 1, True)
+        else:
+            out = tree_forward(arch, params, tree, cache, offset, 1, True)
+        argmax = mx.argmax(out.main_logits, axis=-1)
+        drafts = mx.argmax(out.stream_logits, axis=-1)
+        mx.eval(argmax, drafts)
+        argmax.tolist(), drafts.tolist()
+        for c in cache:
+            c.trim(c.offset - offset)
+
+    measured = _interleaved_ms({"pass": run}, rounds)["pass"]
+    return max(0.0, measured - (curve.pass_ms(2, 1, n_msa) - curve.overhead_ms))
+
+
+def read_curve(loaded: LoadedModel) -> LatencyCurve | None:
+    """The cached curve for this device, model and precision; None when there is none (or it is
+    unreadable or from an older format: it is then measured again)."""
+    path = curve_path(loaded)
+    try:
+        data = json.loads(path.read_text())
+        curve = LatencyCurve(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    if curve.version != CURVE_VERSION or curve.key != curve_key(loaded):
+        return None
+    return curve
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | None:
+    """This device's curve for `loaded`: kept on it, read from the cache, or measured now (a few
+    seconds) and cached. measure=False returns None instead of measuring."""
+    curve = loaded.latency_curve
+    if curve is not None and curve.key == curve_key(loaded):
+        return curve
+    curve = read_curve(loaded)
+    if curve is None:
+        if not measure:
+            return None
+        curve = measure_curve(loaded)
+        try:
+            write_json_atomic(curve_path(loaded), curve.to_dict())
+        except OSError:
+            pass  # a read-only cache: measured again next time
+    loaded.latency_curve = curve
+    return curve
+
+
+def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) -> TreePlan | None:
+    """The fastest static tree for `params` on this device, from its acceptance statistics;
+    None when the streams carry none."""
+    acceptance: Acceptance | None = getattr(params, "acceptance", None)
+    if acceptance is None:
+        return None
+    cfg = params.config
+    if acceptance.gamma != cfg.gamma:
+        raise SpecstreamError(
+            f"acceptance statistics are for {acceptance.gamma} streams, the adapter has {cfg.gamma}"
+        )
+    shared = cfg.mode == "shared"
+
+    def pass_ms(nodes: int, depth: int) -> float:
+        # lossless: only the streams the next draft needs run; shared: all (the main stream
+        # attends to them)
+        streams = cfg.gamma if shared else depth
+        return curve.pass_ms(nodes, streams, cfg.n_msa_layers)
+
+    plain = pass_ms(1, 0) if shared else curve.plain_ms
+    return choose_tree(acceptance, pass_ms, plain)
+
+
+def tuned(loaded: LoadedModel, params: StreamParams) -> tuple[StreamParams, TreePlan | None]:
+    """`params` with the tree chosen for this device (the streams' own tree when they have no
+    acceptance statistics). The choice is kept on `params` for the next call."""
+    if getattr(params, "acceptance", None) is None:
+        return params, None
+    key = curve_key(loaded)
+    cached = getattr(params, "_tuned", None)
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
+    plan = plan_tree(loaded, params, latency_curve(loaded))
+    chosen = params.with_config(
+        tree=plan.paths,
+        top_k=plan.top_k(),
+        max_tree_nodes=plan.nodes,
+        prune_threshold=0.0,
+    )
+    object.__setattr__(params, "_tuned", (key, chosen, plan))  # not a module child
+    return chosen, plan
+
+
+def measure_acceptance(
+    loaded: LoadedModel,
+    params: StreamParams,
+    prompts: list,
+    max_tokens: int = 128,
+    source: str = "",
+    log=None,
+) -> Acceptance:
+    """Acceptance statistics of `params` measured by greedy decoding: after every pass, the
+    rank of each later decided token among its stream's proposals (the streams' own tree
+    drafts meanwhile). `loaded` must carry the adapter (shared mode: its LoRA layers)."""
+    from .decoding.plan import ranks_of
+    from .decoding.speculative import speculative_decode
+    from .generate import encode_prompt
+
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    rows = []
+    for number, prompt in enumerate(prompts, start=1):
+        ids = prompt if isinstance(prompt, list) else encode_prompt(loaded, prompt)
+        budget = min(max_tokens, loaded.context_length - len(ids))
+        if budget < 1:
+            continue
+        probe: list = []
+        history = list(ids)
+        steps = speculative_decode(loaded.model, arch, params, ids, budget, probe=probe)
+        for step in steps:
+            history += step.tokens
+            if any(t in loaded.eos_token_ids for t in step.tokens):
+                steps.close()
+                break
+        rows += ranks_of(history, probe)
+        if log:
+            log(f"acceptance {number}/{len(prompts)}: {len(rows)} positions")
+    if not rows:
+        raise SpecstreamError("no position to count: the prompts gave no continuation")
+    return Acceptance.from_ranks(rows, params.config.gamma, source)

@@ -1,0 +1,383 @@
+"""Hardware tuning: acceptance statistics, tree choice, the latency curve and its cache, the
+static sparse trees and compiled passes (both exact against plain greedy decoding)."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specstream_mlx as ss
+from specstream_mlx import calibration
+from specstream_mlx.decoding.plan import (
+    Acceptance,
+    best_paths,
+    choose_tree,
+    expected_tokens,
+    ranks_of,
+    sparse_tree,
+)
+from specstream_mlx.decoding.speculative import compiled_passes, speculative_decode
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.params import StreamParams
+
+from .conftest import DATA
+from .tiny import FAMILIES
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tiny_folders):
+    return {family: ss.load(str(folder)) for family, folder in tiny_folders.items()}
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path / "cache"))
+
+
+def streams_for(loaded, seed=0, **config):
+    cfg = StreamConfig(**config).validate(loaded.config["num_hidden_layers"])
+    return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
+
+
+# ---- acceptance statistics and tree choice (no model) ----
+
+
+def test_acceptance_counts_rank_paths_and_round_trips():
+    ranks = [[0, 1, 0], [0, 0, 9], [2, 0, 0], [9, 0, 0], [0, 1, 3]]
+    acc = Acceptance.from_ranks(ranks, gamma=3, source="test")
+    assert acc.positions == 5
+    # a target outside the counted ranks ends its path: [9, 0, 0] counts nothing
+    assert acc.counts == {
+        (0,): 3,
+        (0, 1): 2,
+        (0, 1, 0): 1,
+        (0, 1, 3): 1,
+        (0, 0): 1,
+        (2,): 1,
+        (2, 0): 1,
+        (2, 0, 0): 1,
+    }
+    again = Acceptance.from_dict(json.loads(json.dumps(acc.to_dict())))
+    assert again.counts == acc.counts and again.positions == 5 and again.gamma == 3
+    assert expected_tokens(acc, [(0,), (0, 1)]) == pytest.approx(1 + 3 / 5 + 2 / 5)
+
+
+def test_bad_acceptance_file_is_a_clear_error(tmp_path):
+    (tmp_path / "acceptance.json").write_text('{"gamma": 2, "positions": 3, "counts": {"0.x": 1}}')
+    with pytest.raises(SpecstreamError, match="bad acceptance statistics"):
+        Acceptance.read(tmp_path)
+    (tmp_path / "acceptance.json").write_text("{not json")
+    with pytest.raises(SpecstreamError, match="unreadable"):
+        Acceptance.read(tmp_path)
+
+
+def test_ranks_of_a_decode():
+    history = [5, 6, 7, 8, 9]
+    # after 2 tokens, stream 0 targets history[2] = 7, stream 1 history[3] = 8
+    probes = [(2, [[7, 1], [1, 8]]), (3, [[1, 2], [9, 3]]), (4, [[9], [0]])]
+    assert ranks_of(history, probes) == [[0, 1], [8, 0]]  # the last has no known targets
+
+
+def test_best_paths_keep_parents():
+    acc = Acceptance(2, 100, {(0,): 30, (1,): 10, (0, 0): 20, (1, 0): 9, (2,): 8})
+    assert best_paths(acc, 2, 3) == [(0,), (1,), (0, 0)]
+    assert best_paths(acc, 1, 10) == [(0,), (1,), (2,)]
+
+
+def test_choice_follows_the_cost_of_nodes():
+    acc = Acceptance(2, 100, {(0,): 60, (1,): 20, (0, 0): 40, (0, 1): 10, (1, 0): 5})
+    # extra nodes nearly free: take every path
+    cheap = choose_tree(acc, lambda nodes, depth: 10 + 0.01 * nodes, plain_ms=10)
+    assert cheap.nodes == 6 and cheap.expected_tokens == pytest.approx(2.35)
+    # every node costs as much as a whole plain step: one token per pass is best
+    dear = choose_tree(acc, lambda nodes, depth: 10.0 * nodes, plain_ms=10)
+    assert dear.paths == () and dear.nodes == 1
+    # streams cost (depth) but nodes are cheap: only the first level pays
+    shallow = choose_tree(acc, lambda nodes, depth: 10 + 5 * depth + 0.1 * nodes, plain_ms=10)
+    assert shallow.depth == 1 and set(shallow.paths) == {(0,), (1,)}
+    assert shallow.predicted_speedup == pytest.approx(1.8 / 15.3 * 10)
+
+
+def test_sparse_tree_holds_each_paths_token():
+    tree = sparse_tree(100, [[1, 2, 3], [4, 5]], [(0,), (2,), (0, 1), (2, 0)])
+    assert tree.tokens == [100, 1, 3, 5, 4]
+    assert tree.parents == [-1, 0, 0, 1, 2]
+    assert tree.depths == [0, 1, 1, 2, 2]
+    # nothing drafted yet (first pass): the root alone
+    assert sparse_tree(7, [], [(0,), (0, 0)]).tokens == [7]
+
+
+@pytest.mark.parametrize(
+    "tree, fragment",
+    [(((0, 0),), "not a new rank path"), (((0,), (0,)), "new rank path"), (((64,),), "rank path")],
+)
+def test_bad_static_tree(tree, fragment):
+    with pytest.raises(SpecstreamError, match=fragment):
+        StreamConfig(gamma=2, tree=tree).validate()
+
+
+def test_static_tree_is_not_saved_with_an_adapter():
+    cfg = StreamConfig(gamma=2, tree=((0,), (0, 0)))
+    assert "tree" not in cfg.to_dict()
+    assert StreamConfig.from_dict({**cfg.to_dict(), "tree": [[0]]}).tree is None
+
+
+# ---- exactness of static trees and compiled passes ----
+
+tree_paths = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)), max_size=6
+)
+
+
+def valid_tree(raw, gamma, depth):
+    """Rank paths from hypothesis' triples: every prefix up to `depth`, parents first."""
+    paths = set()
+    for triple in raw:
+        for j in range(1, min(depth, gamma) + 1):
+            paths.add(tuple(triple[:j]))
+    return tuple(sorted(paths, key=lambda p: (len(p), p)))
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    gamma=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    raw=tree_paths,
+    depth=st.integers(1, 3),
+    compiled=st.booleans(),
+    lookup=st.booleans(),
+    prompt=st.text(min_size=1, max_size=30).filter(str.strip),
+    length=st.integers(1, 24),
+    seed=st.integers(0, 1000),
+)
+def test_static_trees_and_compiled_passes_equal_plain_greedy(
+    tiny_models, family, gamma, n_msa, raw, depth, compiled, lookup, prompt, length, seed
+):
+    loaded = tiny_models[family]
+    paths = valid_tree(raw, gamma, depth)
+    params = streams_for(loaded, seed, gamma=gamma, n_msa_layers=n_msa, top_k=3)
+    params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
+    params.config.validate(loaded.config["num_hidden_layers"])
+    plain = ss.generate(loaded, prompt, max_tokens=length, compile=False)
+    decoder = "ss+pld" if lookup else "ss"
+    spec = ss.generate(
+        loaded, prompt, max_tokens=length, decoder=decoder, streams=params, compile=compiled
+    )
+    assert spec.token_ids == plain.token_ids
+    assert spec.finish_reason == plain.finish_reason
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_compiled_plain_decoding_equals_eager(tiny_models, family):
+    loaded = tiny_models[family]
+    eager = ss.generate(loaded, "compiled steps", max_tokens=40, compile=False)
+    compiled = ss.generate(loaded, "compiled steps", max_tokens=40, compile=True)
+    assert compiled.token_ids == eager.token_ids
+
+
+def test_compiled_passes_cross_a_capacity_bucket(tiny_models):
+    """Over 256 cached rows the KV buffers grow: the next capacity bucket is traced anew."""
+    loaded = tiny_models["llama"]
+    saved = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()
+    try:
+        prompt = encode_prompt(loaded, "a long run " * 20)
+        params = streams_for(loaded, 3, gamma=2, n_msa_layers=2, top_k=2)
+        params = params.with_config(tree=((0,), (1,), (0, 0)), max_tree_nodes=4)
+        eager = ss.generate(loaded, prompt, max_tokens=300, compile=False)
+        spec = ss.generate(
+            loaded, prompt, max_tokens=300, decoder="ss", streams=params, compile=True
+        )
+        plain = ss.generate(loaded, prompt, max_tokens=300, compile=True)
+    finally:
+        loaded.eos_token_ids.update(saved)
+    assert len(prompt) + 300 > 256
+    assert spec.token_ids == eager.token_ids == plain.token_ids
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    capacities = {key[2] for key in compiled_passes(arch, params)._fns}
+    assert {256, 512} <= capacities
+
+
+def test_oracle_on_a_static_tree_accepts_every_level(tiny_models):
+    """The true token drafted at rank 1 of each stream: the tree ((1,), (1, 1)) accepts two
+    drafted tokens and the correction on every pass, compiled or not."""
+    loaded = tiny_models["qwen2"]
+    prompt = encode_prompt(loaded, "oracle tree")
+    saved = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()
+    try:
+        truth = ss.generate(loaded, prompt, max_tokens=30).token_ids
+        arch = arch_of(loaded.model, loaded.config["model_type"])
+        params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
+        params = params.with_config(tree=((1,), (1, 1)), max_tree_nodes=3)
+
+        def oracle(history):
+            done = len(history) - len(prompt)
+            return [[0, truth[done + j] if done + j < len(truth) else 0] for j in range(2)]
+
+        for compiled in (False, True):
+            steps = list(
+                speculative_decode(
+                    loaded.model, arch, params, prompt, 30, oracle, compiled=compiled
+                )
+            )
+            assert [t for s in steps for t in s.tokens] == truth
+            assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
+    finally:
+        loaded.eos_token_ids.update(saved)
+
+
+# ---- latency curve, its cache, and the default tree choice ----
+
+
+def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path):
+    loaded = tiny_models["llama"]
+    loaded.latency_curve = None
+    curve = calibration.latency_curve(loaded)
+    path = calibration.curve_path(loaded)
+    assert path.is_file() and str(path).startswith(str(tmp_path / "cache"))
+    assert curve.rows == list(calibration.CURVE_ROWS)
+    assert all(b >= a for a, b in zip(curve.layer_ms, curve.layer_ms[1:], strict=False))
+    assert curve.pass_ms(4, 2, 2) > curve.pass_ms(2, 1, 2) > 0
+    assert json.loads(path.read_text())["key"] == curve.key
+    loaded.latency_curve = None
+    again = calibration.latency_curve(loaded, measure=False)  # read back, not measured
+    assert again == curve
+    path.write_text("{torn")
+    loaded.latency_curve = None
+    assert calibration.latency_curve(loaded, measure=False) is None
+
+
+def test_curve_key_depends_on_precision(tiny_folders):
+    a = ss.load(str(tiny_folders["llama"]), precision="float32")
+    b = ss.load(str(tiny_folders["llama"]), precision="float16")
+    assert calibration.curve_key(a) != calibration.curve_key(b)
+
+
+def test_acceptance_picks_the_tree_by_default(tiny_models):
+    loaded = tiny_models["mistral"]
+    params = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=2)
+    # the streams' top guesses are always right: drafting pays on any device
+    params.acceptance = Acceptance(2, 100, {(0,): 100, (0, 0): 100, (1,): 1})
+    plain = ss.generate(loaded, "tuned by default", max_tokens=16)
+    spec = ss.generate(loaded, "tuned by default", max_tokens=16, decoder="ss", streams=params)
+    assert spec.token_ids == plain.token_ids
+    tree = spec.stats.to_dict()["tree"]
+    assert tree["source"] == "calibrated"
+    assert [0] in tree["paths"] and [0, 0] in tree["paths"]
+    assert tree["predicted_speedup"] > 1
+    own = ss.generate(
+        loaded, "tuned by default", max_tokens=16, decoder="ss", streams=params, tree="adapter"
+    )
+    assert own.stats.to_dict()["tree"]["source"] == "adapter"
+    assert own.token_ids == plain.token_ids
+
+
+def test_useless_streams_decode_plainly(tiny_models):
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 9, gamma=2, n_msa_layers=2)
+    params.acceptance = Acceptance(2, 1000, {})  # never right
+    plain = ss.generate(loaded, "no draft pays", max_tokens=12)
+    spec = ss.generate(loaded, "no draft pays", max_tokens=12, decoder="ss", streams=params)
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.to_dict()["tree"]["nodes"] == 1
+    assert spec.stats.forward_passes == plain.stats.forward_passes
+
+
+def test_bad_tree_choice_name(tiny_models):
+    with pytest.raises(SpecstreamError, match="tree must be one of"):
+        ss.generate(tiny_models["llama"], "x", max_tokens=2, decoder="ss", tree="best")
+
+
+def test_measured_acceptance_counts_a_real_decode(tiny_models):
+    loaded = tiny_models["qwen3"]
+    params = streams_for(loaded, 4, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=3)
+    acc = calibration.measure_acceptance(loaded, params, ["count me", "and me"], max_tokens=12)
+    assert acc.gamma == 2 and acc.positions > 0
+    assert all(len(p) <= 2 and n <= acc.positions for p, n in acc.counts.items())
+
+
+# ---- the command ----
+
+
+def test_calibrate_command(tmp_path, capsys):
+    from specstream_apps.cli import main
+
+    from specstream_mlx.streams.adapter_io import save_adapter
+
+    from .tiny import save_tiny_model
+
+    # byte tokens: an SQL prompt is ~1000 of them
+    model = str(save_tiny_model(tmp_path / "m", "llama", max_position_embeddings=4096))
+    loaded = ss.load(model)
+    folder = tmp_path / "adapter"
+    save_adapter(folder, streams_for(loaded, 1, gamma=2, n_msa_layers=2), loaded)
+    assert main(["calibrate", "--model", model, "--adapter", str(folder), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tree"] is None and out["curve"]["rows"][0] == 1
+    args = ["calibrate", "--model", model, "--adapter", str(folder), "--measure-acceptance"]
+    args += ["--suite", "sql", "--data", str(DATA / "sql" / "dev.jsonl"), "--limit", "2"]
+    assert main([*args, "--max-tokens", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    written = Acceptance.read(folder)
+    assert written is not None and written.positions > 0
+    assert out["tree"]["nodes"] >= 1
+    # the folder now loads with its statistics
+    reloaded = ss.load(model, adapter=str(folder))
+    assert reloaded.streams.acceptance.counts == written.counts
+
+
+def test_calibrate_refuses_acceptance_without_adapter(tiny_folders, capsys):
+    from specstream_apps.cli import main
+
+    assert main(["calibrate", "--model", str(tiny_folders["llama"]), "--measure-acceptance"]) == 2
+    assert "needs --adapter" in capsys.readouterr().err
+
+
+def test_training_validation_counts_rank_paths():
+    """Stream 1's target is always its best token, stream 2's its third best: the statistics
+    the trainer saves say so."""
+    import mlx.core as mx
+
+    from specstream_mlx.training.data import Example
+    from specstream_mlx.training.trainer import validate
+
+    ids = list(range(10, 30))
+    examples = [Example(ids, [False] * 4 + [True] * 16)]
+    vocab = 64
+
+    def logits_of(i, rows):
+        out = mx.zeros((len(rows), 2, vocab))
+        for r, p in enumerate(rows.tolist()):
+            out[r, 0, ids[p + 2]] = 5.0  # stream 1 targets token p + 2
+            out[r, 1, 1] = 7.0
+            out[r, 1, 2] = 6.0
+            out[r, 1, ids[p + 3]] = 5.0  # stream 2: rank 2
+        return out
+
+    v = validate(examples, logits_of, gamma=2, top_k=3)
+    acc = Acceptance.from_dict(v.acceptance)
+    assert acc.positions == v.positions > 0
+    assert acc.counts == {(0,): v.positions, (0, 2): v.positions}
+    assert v.stream_accuracy == [1.0, 0.0] and v.tau_tree == 3.0
+
+
+@pytest.mark.parametrize("precision", ["q8", "q4"])
+def test_mlx_quantized_bases_stay_lossless(tiny_folders, precision):
+    loaded = ss.load(str(tiny_folders["llama"]), precision=precision)
+    assert loaded.precision == precision
+    assert "QuantizedLinear" in {type(m).__name__ for _, m in loaded.model.named_modules()}
+    params = streams_for(loaded, 5, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=5)
+    for compiled in (False, True):
+        plain = ss.generate(loaded, "quantized base", max_tokens=20, compile=compiled)
+        spec = ss.generate(
+            loaded, "quantized base", max_tokens=20, decoder="ss", streams=params, compile=compiled
+        )
+        assert spec.token_ids == plain.token_ids
