@@ -62,7 +62,7 @@ def run(args) -> int:
     if not cached:
         log(f"measuring the latency curve of {loaded.name} ({loaded.precision}) on this device")
         curve = calibration.measure_curve(loaded)
-        calibration.write_json_atomic(calibration.curve_path(loaded), curve.to_dict())
+        _write(calibration.curve_path(loaded), curve.to_dict())
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
     if args.adapter:
@@ -82,7 +82,7 @@ def run(args) -> int:
                 log=log,
             )
             path = folder / "acceptance.json"
-            calibration.write_json_atomic(path, params.acceptance.to_dict())
+            _write(path, params.acceptance.to_dict())
             log(f"wrote {path} ({params.acceptance.positions} positions)")
         plan = calibration.plan_tree(loaded, params, curve)
         if plan is None:
@@ -107,7 +107,12 @@ def run(args) -> int:
     for r, layer, head in zip(curve.rows, curve.layer_ms, curve.head_ms, strict=True):
         ms = curve.n_layers * layer + head
         print(f"| {r} | {ms:.1f} | {ms / one:.2f} |")
-    print(f"fixed cost of a tree pass: {curve.overhead_ms:.1f} ms")
+    mode = "compiled" if curve.compiled else "eager"
+    print(
+        f"{mode} passes (faster here); a plain decoding step takes {curve.plain_ms:.1f} ms in "
+        f"the decoding loop; a tree pass costs {curve.overhead_ms:.1f} ms beyond its layers and "
+        "head"
+    )
     tree = out.get("tree")
     if tree:
         print(
@@ -117,6 +122,16 @@ def run(args) -> int:
             "plain decoding"
         )
     return 0
+
+
+def _write(path, data: dict) -> None:
+    from specstream_mlx import SpecstreamError
+    from specstream_mlx.calibration import write_json_atomic
+
+    try:
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise SpecstreamError(f"cannot write {path}: {exc}") from None
 
 
 def _prompts(args, adapter_name: str) -> list[str]:

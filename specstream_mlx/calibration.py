@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import statistics
 import tempfile
 import time
@@ -27,14 +28,14 @@ from .decoding.compiled import CompiledPasses, compilable
 from .decoding.plain import make_cache
 from .decoding.plan import Acceptance, TreePlan, choose_tree
 from .decoding.tree import Tree
-from .decoding.tree_step import ONE_HEAD_PASS_ROWS, tree_forward
+from .decoding.tree_step import ONE_HEAD_PASS_ROWS
 from .errors import SpecstreamError
 from .models.arch import arch_of
 from .models.loader import LoadedModel, cache_dir
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-CURVE_VERSION = 1
+CURVE_VERSION = 2
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
@@ -50,6 +51,7 @@ class LatencyCurve:
     layer_ms: list[float]  # one decoder layer, R rows in flight
     head_ms: list[float]  # final norm + LM head over R rows
     overhead_ms: float  # a tree pass's fixed cost beyond its layers and head
+    plain_step_ms: float = 0.0  # a step of the plain decoding loop (pipelined), measured
     compiled: bool = False  # compiled passes (decoding.compiled) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
@@ -72,8 +74,9 @@ class LatencyCurve:
 
     @property
     def plain_ms(self) -> float:
-        """One plain decoding step: every layer and the head on one row."""
-        return self.n_layers * self.layer(1) + self.head(1)
+        """One plain decoding step: as measured in the decoding loop, or every layer and the
+        head on one row."""
+        return self.plain_step_ms or self.n_layers * self.layer(1) + self.head(1)
 
     def pass_ms(self, nodes: int, streams: int, n_msa: int) -> float:
         """A tree pass: `nodes` nodes, each with `streams` streams in the top `n_msa` layers."""
@@ -94,12 +97,34 @@ class LatencyCurve:
         return asdict(self)
 
 
+def machine_id() -> str:
+    """The chip: Metal's device name, or the CPU's model name and core count."""
+    if mx.default_device() != mx.cpu and mx.metal.is_available():
+        try:
+            return str(mx.metal.device_info().get("device_name", "metal"))
+        except Exception:  # the call moved between MLX versions
+            return "metal"
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} x{os.cpu_count()}"
+
+
 def curve_key(loaded: LoadedModel) -> str:
-    """What the curve depends on: device, model (name and shape), precision, MLX, BLAS."""
+    """What the curve depends on: device and chip, model (name and shape) and the LoRA layers on
+    it (a shared-mode adapter's cost more), precision, MLX, BLAS."""
     from .streams.adapter_io import base_fingerprint
+    from .streams.lora import current_lora
 
     parts = {
         "device": backend.device_name(),
+        "machine": machine_id(),
+        "lora": current_lora(loaded.model),
         "model": loaded.name,
         "fingerprint": base_fingerprint(loaded),
         "precision": loaded.precision,
@@ -191,40 +216,55 @@ def measure_curve(
         compiled=bool(compiled),
         mode_ms={f"{'compiled' if c else 'eager'}_{r}": round(v, 2) for (c, r), v in modes.items()},
     )
-    curve.overhead_ms = round(_measure_overhead(loaded, arch, curve, cache, rounds), 3)
+    _measure_loops(loaded, arch, curve, context, rounds)
     curve.measured_seconds = round(time.perf_counter() - started, 2)
     return curve
 
 
-def _measure_overhead(loaded, arch, curve: LatencyCurve, cache, rounds: int) -> float:
-    """A real tree pass (a 2-node chain, one stream per node, the result read back), in the
-    curve's mode, minus what the curve predicts for its layers and head."""
-    from .decoding.speculative import _compiled_pass
+def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int) -> None:
+    """Real decoding loops, in the curve's mode: plain decoding (its steps overlap the next
+    step's graph building with the current one's work) sets `plain_step_ms`; Speculative
+    Streaming with untrained streams on a 2-node static tree (a pass of 2 nodes, one stream
+    each, the result read back, the cache compacted) sets `overhead_ms`, the pass cost beyond
+    what the curve predicts for its layers and head."""
+    from .decoding.plain import plain_decode
+    from .decoding.speculative import compiled_passes, speculative_decode
+    from .sampling import Sampler, SamplingParams
 
     n_msa = min(4, curve.n_layers - 1)
     params = StreamParams(
-        StreamConfig(gamma=1, n_msa_layers=n_msa, top_k=1, max_tree_nodes=2),
+        StreamConfig(gamma=1, n_msa_layers=n_msa, top_k=1, max_tree_nodes=2, tree=((0,),)),
         loaded.config["hidden_size"],
     )
     mx.eval(params.parameters())
-    tree = Tree([1, 2], [-1, 0], [0, 1])
-    passes = CompiledPasses(arch, params)
+    vocab, steps = loaded.config["vocab_size"], 16
+    prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
+    sample = Sampler(SamplingParams())
+    passes = compiled_passes(arch, None) if curve.compiled else None
 
-    def run():
-        offset = cache[0].offset
-        if curve.compiled:
-            out = _compiled_pass(passes, tree, cache, 1, True)
-        else:
-            out = tree_forward(arch, params, tree, cache, offset, 1, True)
-        argmax = mx.argmax(out.main_logits, axis=-1)
-        drafts = mx.argmax(out.stream_logits, axis=-1)
-        mx.eval(argmax, drafts)
-        argmax.tolist(), drafts.tolist()
-        for c in cache:
-            c.trim(c.offset - offset)
+    def per_step(iterator) -> float:
+        next(iterator)  # the first step includes the prefill
+        start, n = time.perf_counter(), 0
+        for _ in iterator:
+            n += 1
+        return (time.perf_counter() - start) * 1000 / n
 
-    measured = _interleaved_ms({"pass": run}, rounds)["pass"]
-    return max(0.0, measured - (curve.pass_ms(2, 1, n_msa) - curve.overhead_ms))
+    def plain():
+        return per_step(plain_decode(loaded.model, prompt, steps, sample, None, passes))
+
+    def spec():
+        return per_step(
+            speculative_decode(loaded.model, arch, params, prompt, steps, compiled=curve.compiled)
+        )
+
+    plain(), spec()  # warm-up: traces, allocations
+    times = {"plain": [], "spec": []}
+    for _ in range(min(rounds, 3)):
+        times["plain"].append(plain())
+        times["spec"].append(spec())
+    curve.plain_step_ms = round(statistics.median(times["plain"]), 3)
+    predicted = curve.pass_ms(2, 1, n_msa) - curve.overhead_ms
+    curve.overhead_ms = round(max(0.0, statistics.median(times["spec"]) - predicted), 3)
 
 
 def read_curve(loaded: LoadedModel) -> LatencyCurve | None:
@@ -242,12 +282,17 @@ def read_curve(loaded: LoadedModel) -> LatencyCurve | None:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
+    """Written beside `path`, then renamed over it; readable by everyone (as an ordinary file
+    would be: mkstemp makes it private)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

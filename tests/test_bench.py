@@ -20,7 +20,7 @@ from .test_cli import assert_clean_error, specstream
 METHOD_KEYS = {
     "name", "adapter", "speedup_vs_ar", "tokens_per_second", "mean_accepted_tokens",
     "forward_passes", "quality", "identical_to_ar", "extra_params", "peak_memory_mb",
-    "prefill_seconds", "decode_seconds", "generated_tokens", "samples", "per_category",
+    "prefill_seconds", "decode_seconds", "generated_tokens", "samples", "per_category", "tree",
 }  # fmt: skip
 
 
@@ -74,6 +74,8 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert by_name["ss+pld"]["adapter"] == str(tiny_adapter)
     assert by_name["ss"]["extra_params"] > 0 and by_name["ss"]["adapter"] == str(tiny_adapter)
     assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
+    # the speculative decoders report their tree (this adapter has no acceptance statistics)
+    assert by_name["ss"]["tree"]["source"] == "adapter" and by_name["ar"]["tree"] is None
     # memory: each method's own weights at least (not every model the process holds)
     weights_mb = sum(v.nbytes for _, v in tree_flatten(ss.load(config.model).model.parameters()))
     for m in by_name.values():

@@ -65,6 +65,7 @@ def shared_streams(loaded, seed=0, **config):
     seed=st.integers(0, 1000),
     prompt_streams=st.booleans(),
     stream_adapters=st.booleans(),
+    compiled=st.booleans(),
 )
 def test_shared_speculative_equals_its_plain_decoding(
     shared_models,
@@ -78,6 +79,7 @@ def test_shared_speculative_equals_its_plain_decoding(
     seed,
     prompt_streams,
     stream_adapters,
+    compiled,
 ):
     loaded, _ = shared_models[family]
     params = shared_streams(
@@ -92,8 +94,10 @@ def test_shared_speculative_equals_its_plain_decoding(
     )
     loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
     try:
-        plain = ss.generate(loaded, prompt, max_tokens=length)
-        spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
+        plain = ss.generate(loaded, prompt, max_tokens=length, compile=False)
+        spec = ss.generate(
+            loaded, prompt, max_tokens=length, decoder="ss", streams=params, compile=compiled
+        )
     finally:
         loaded.streams = None
     assert plain.stats.forward_passes == plain.stats.accepted_tokens
@@ -239,3 +243,26 @@ def test_adapters_saved_before_prompt_streams_keep_running_them():
     assert new.prompt_streams is False and new.has_stream_adapters is True
     with pytest.raises(ss.SpecstreamError, match="prompt_streams"):
         StreamConfig(prompt_streams="yes").validate()
+
+
+def test_compiled_passes_follow_swapped_lora_weights(shared_models):
+    """A compiled trace holds the weights it saw: new LoRA tensors on the same layers (another
+    adapter of the same rank) must be traced anew, not decoded with the old ones."""
+    loaded, _ = shared_models["llama"]
+    params = shared_streams(loaded, 3, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=4)
+    saved = lora_weights(loaded.model)
+    try:
+        outputs = []
+        for seed in (101, 102):
+            randomize_lora(loaded.model, seed)
+            runs = [
+                ss.generate(
+                    loaded, "swap", max_tokens=16, decoder="ss", streams=params, compile=c
+                ).token_ids
+                for c in (False, True)
+            ]
+            assert runs[0] == runs[1]
+            outputs.append(runs[0])
+        assert outputs[0] != outputs[1]  # the swap changed the model
+    finally:
+        loaded.model.update(tree_unflatten([(k[len("lora.") :], v) for k, v in saved.items()]))

@@ -11,6 +11,8 @@ The JSON schema (stable; new keys may be added, none renamed):
                   "mean_accepted_tokens", "forward_passes", "quality": {...},
                   "identical_to_ar": float | null, "extra_params", "peak_memory_mb",
                   "prefill_seconds", "decode_seconds", "generated_tokens", "samples",
+                  "tree": the speculative decoders' draft tree (generate --json's stats.tree)
+                          or null,
                   "per_category": {category: {the same metrics but the per-method constants}}}],
      "unavailable": {method: why it was not run}}
 
@@ -54,6 +56,19 @@ def markdown(report: dict) -> str:
             f"{_quality(m['quality'])} | {identical} | {m['extra_params']} | "
             f"{m['peak_memory_mb']} | {m['prefill_seconds']} | {m['decode_seconds']} |"
         )
+    for m in report["methods"]:
+        tree = m.get("tree")
+        if tree and tree.get("source") == "calibrated":
+            lines.append(
+                f"\n{m['name']}: tree chosen for this device: paths {tree['paths']} "
+                f"({tree['nodes']} nodes), {tree['expected_tokens_per_pass']} tokens per pass and "
+                f"{tree['predicted_speedup']}x predicted"
+            )
+        elif tree:
+            lines.append(
+                f"\n{m['name']}: the adapter's own tree (top-k {tree['top_k']}, "
+                f"{tree['max_tree_nodes']} nodes)"
+            )
     categories = list(report["methods"][0]["per_category"])
     if len(categories) > 1:
         names = [m["name"] for m in report["methods"]]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 from ..models.arch import Arch
 from .tree import Tree, msa_mask
 
 CAPACITY_STEP = 256
+MAX_TRACES = 48  # compiled traces kept per model (or streams), least recently used dropped
 
 
 class _BufferCache:
@@ -106,10 +108,13 @@ class CompiledPasses:
             mask[:, cap:] = full[:, offset + n :]
             inputs.append(mx.array(mask))
         heads = "one" if stream_logits and one_head_pass else "split"
-        key = (n, streams, cap, heads if stream_logits else "main", self._shape())
-        fn = self._fns.get(key)
+        key = (n, streams, cap, heads if stream_logits else "main", self._shape(), self._weights())
+        fn = self._fns.pop(key, None)
         if fn is None:
-            fn = self._fns[key] = mx.compile(self._pass(n, streams, stream_logits, one_head_pass))
+            fn = mx.compile(self._pass(n, streams, stream_logits, one_head_pass))
+        self._fns[key] = fn  # most recently used last
+        while len(self._fns) > MAX_TRACES:
+            self._fns.pop(next(iter(self._fns)))
         states = [c.keys for c in caches] + [c.values for c in caches]
         outputs = fn(*inputs, *states)
         k = len(caches)
@@ -120,6 +125,18 @@ class CompiledPasses:
         main = outputs[0]
         extra = outputs[1] if len(outputs) > 2 * k + 1 else None
         return main, extra
+
+    def _weights(self) -> tuple:
+        """A trace holds the arrays it was traced with: LoRA layers put on, taken off or loaded
+        with another adapter's tensors (streams.lora, AdapterManager) need a new trace. The
+        traces keep their arrays alive, so an id is never reused while its trace exists."""
+        layers = self.arch.layers
+        return tuple(
+            id(v)
+            for layer in {id(layers[0]): layers[0], id(layers[-1]): layers[-1]}.values()
+            for name, v in tree_flatten(layer.parameters())
+            if "lora" in name
+        )
 
     def _shape(self) -> tuple:
         if self.params is None:

@@ -75,9 +75,16 @@ class Acceptance:
             )
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise SpecstreamError(f"bad acceptance statistics: {exc!r}") from None
-        bad = [p for p in counts if len(p) > out.gamma or min(p) < 0 or out.counts[p] < 0]
-        if out.positions < 0 or bad:
-            raise SpecstreamError("bad acceptance statistics: counts out of range")
+
+        def fits(p: Path_) -> bool:
+            parent = out.positions if len(p) == 1 else counts.get(p[:-1], -1)
+            return len(p) <= out.gamma and min(p) >= 0 and 0 <= counts[p] <= parent
+
+        if out.positions < 0 or not all(fits(p) for p in counts):
+            raise SpecstreamError(
+                "bad acceptance statistics: a path deeper than gamma, a negative rank or count, "
+                "or a path counted more often than its parent"
+            )
         return out
 
     @classmethod
@@ -88,7 +95,7 @@ class Acceptance:
             return None
         try:
             return cls.from_dict(json.loads(path.read_text()))
-        except ValueError as exc:
+        except (OSError, ValueError) as exc:
             raise SpecstreamError(f"unreadable {path}: {exc}") from None
 
     def merged(self, other: Acceptance) -> Acceptance:
@@ -175,8 +182,9 @@ def choose_tree(
 ) -> TreePlan:
     """The tree with the most expected tokens per second: pass_ms(nodes, depth) is the predicted
     cost of one pass over a tree of `nodes` nodes (root included) whose streams draft `depth`
-    levels. The empty tree (one token per pass) is a candidate too."""
-    best = TreePlan((), 1.0, pass_ms(1, 0), plain_ms)
+    levels. The empty tree is a candidate too: one token per pass at plain decoding's cost
+    (plain_ms: the streams are then not run, or, in shared mode, plain decoding runs them)."""
+    best = TreePlan((), 1.0, plain_ms, plain_ms)
     candidates = [(1, 0, round(best.predicted_speedup, 3))]
     for depth in range(1, acceptance.gamma + 1):
         ranked = best_paths(acceptance, depth, max_nodes)

@@ -120,7 +120,14 @@ def _set_precision(model: nn.Module, precision: str) -> None:
     )
     dequantize_model(model)
     if precision in QUANTIZED_BITS:  # MLX's own affine quantization of the float32 weights
-        nn.quantize(model, group_size=QUANT_GROUP_SIZE, bits=QUANTIZED_BITS[precision])
+        nn.quantize(  # layers whose rows do not split into groups stay in float32
+            model,
+            group_size=QUANT_GROUP_SIZE,
+            bits=QUANTIZED_BITS[precision],
+            class_predicate=lambda _, m: (
+                hasattr(m, "to_quantized") and m.weight.shape[-1] % QUANT_GROUP_SIZE == 0
+            ),
+        )
         return
     dtype = _DTYPES[precision]
     model.update(

@@ -66,6 +66,10 @@ class StreamConfig:
             )
         if self.tree is not None:
             problems += _tree_problems(self.tree, self.gamma)
+            if any(r >= self.top_k for path in self.tree for r in path):
+                problems.append(f"tree ranks must be below top_k ({self.top_k})")
+            if self.max_tree_nodes < len(self.tree) + 1:
+                problems.append(f"max_tree_nodes must hold the tree's {len(self.tree) + 1} nodes")
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if problems:
