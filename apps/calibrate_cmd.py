@@ -108,11 +108,11 @@ def run(args) -> int:
         ms = curve.n_layers * layer + head
         print(f"| {r} | {ms:.1f} | {ms / one:.2f} |")
     mode = "compiled" if curve.compiled else "eager"
-    print(
-        f"{mode} passes (faster here); a plain decoding step takes {curve.plain_ms:.1f} ms in "
-        f"the decoding loop; a tree pass costs {curve.overhead_ms:.1f} ms beyond its layers and "
-        "head"
-    )
+    print(f"{mode} passes (faster here); in the decoding loop, ms per pass:")
+    print("| tree nodes (one stream each) | ms | x plain step |\n|---:|---:|---:|")
+    print(f"| plain decoding | {curve.plain_ms:.1f} | 1.00 |")
+    for nodes, ms in zip(calibration.LOOP_NODES, curve.loop_ms, strict=True):
+        print(f"| {nodes} | {ms:.1f} | {ms / curve.plain_ms:.2f} |")
     tree = out.get("tree")
     if tree:
         print(

@@ -35,8 +35,9 @@ from .models.loader import LoadedModel, cache_dir
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-CURVE_VERSION = 2
+CURVE_VERSION = 3
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
 
 
 @dataclass
@@ -50,8 +51,9 @@ class LatencyCurve:
     rows: list[int]
     layer_ms: list[float]  # one decoder layer, R rows in flight
     head_ms: list[float]  # final norm + LM head over R rows
-    overhead_ms: float  # a tree pass's fixed cost beyond its layers and head
     plain_step_ms: float = 0.0  # a step of the plain decoding loop (pipelined), measured
+    loop_ms: list = field(default_factory=list)  # a pass of LOOP_NODES nodes, 1 stream each
+    msa_ref: int = 4  # MSA layers of the streams loop_ms was measured with
     compiled: bool = False  # compiled passes (decoding.compiled) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
@@ -78,20 +80,24 @@ class LatencyCurve:
         head on one row."""
         return self.plain_step_ms or self.n_layers * self.layer(1) + self.head(1)
 
-    def pass_ms(self, nodes: int, streams: int, n_msa: int) -> float:
-        """A tree pass: `nodes` nodes, each with `streams` streams in the top `n_msa` layers."""
+    def _layers_and_head(self, nodes: int, streams: int, n_msa: int) -> float:
         msa_rows = nodes * (1 + streams)
         head = (
             self.head(msa_rows)
             if streams and msa_rows <= ONE_HEAD_PASS_ROWS
             else self.head(nodes) + (self.head(streams) if streams else 0.0)
         )
-        return (
-            (self.n_layers - n_msa) * self.layer(nodes)
-            + n_msa * self.layer(msa_rows)
-            + head
-            + self.overhead_ms
-        )
+        return (self.n_layers - n_msa) * self.layer(nodes) + n_msa * self.layer(msa_rows) + head
+
+    def pass_ms(self, nodes: int, streams: int, n_msa: int) -> float:
+        """A tree pass in the decoding loop: `nodes` nodes, each with `streams` streams in the top
+        `n_msa` layers. The measured loop pass of that size (one stream per node in `msa_ref`
+        layers), corrected by the curve for other stream counts and MSA depths; beyond the
+        largest measured size, extended along the curve."""
+        size = min(nodes, LOOP_NODES[-1])
+        loop = float(np.interp(size, LOOP_NODES, self.loop_ms))
+        measured_shape = self._layers_and_head(size, 1, self.msa_ref)
+        return loop + self._layers_and_head(nodes, streams, n_msa) - measured_shape
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -212,59 +218,68 @@ def measure_curve(
         list(rows),
         [round(float(v), 4) for v in layer],
         [round(float(v), 4) for v in head],
-        0.0,
         compiled=bool(compiled),
+        msa_ref=max(1, min(4, n_layers - 1)),
         mode_ms={f"{'compiled' if c else 'eager'}_{r}": round(v, 2) for (c, r), v in modes.items()},
     )
-    _measure_loops(loaded, arch, curve, context, rounds)
+    _measure_loops(loaded, arch, curve, context, min(rounds, 3))
     curve.measured_seconds = round(time.perf_counter() - started, 2)
     return curve
 
 
 def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int) -> None:
-    """Real decoding loops, in the curve's mode: plain decoding (its steps overlap the next
-    step's graph building with the current one's work) sets `plain_step_ms`; Speculative
-    Streaming with untrained streams on a 2-node static tree (a pass of 2 nodes, one stream
-    each, the result read back, the cache compacted) sets `overhead_ms`, the pass cost beyond
-    what the curve predicts for its layers and head."""
+    """Real decoding loops, in the curve's mode, interleaved: plain decoding (its steps overlap
+    the next step's graph building with the current one's work) sets `plain_step_ms`; Speculative
+    Streaming with untrained streams on a static tree of N nodes (the root and N - 1 children:
+    one stream per node) sets `loop_ms[N]`: everything a pass costs, the wait for its result,
+    reading it back and compacting the cache included."""
     from .decoding.plain import plain_decode
     from .decoding.speculative import compiled_passes, speculative_decode
     from .sampling import Sampler, SamplingParams
 
-    n_msa = min(4, curve.n_layers - 1)
-    params = StreamParams(
-        StreamConfig(gamma=1, n_msa_layers=n_msa, top_k=1, max_tree_nodes=2, tree=((0,),)),
-        loaded.config["hidden_size"],
-    )
-    mx.eval(params.parameters())
-    vocab, steps = loaded.config["vocab_size"], 16
+    vocab, steps = loaded.config["vocab_size"], 10
     prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
     sample = Sampler(SamplingParams())
     passes = compiled_passes(arch, None) if curve.compiled else None
+    n_ref = curve.msa_ref
 
     def per_step(iterator) -> float:
-        next(iterator)  # the first step includes the prefill
+        next(iterator)  # the first step includes the prefill (and has no draft yet)
         start, n = time.perf_counter(), 0
         for _ in iterator:
             n += 1
         return (time.perf_counter() - start) * 1000 / n
 
-    def plain():
-        return per_step(plain_decode(loaded.model, prompt, steps, sample, None, passes))
-
-    def spec():
-        return per_step(
-            speculative_decode(loaded.model, arch, params, prompt, steps, compiled=curve.compiled)
+    def star(nodes: int):
+        cfg = StreamConfig(
+            gamma=1,
+            n_msa_layers=n_ref,
+            top_k=max(nodes - 1, 1),
+            max_tree_nodes=nodes,
+            tree=tuple((i,) for i in range(nodes - 1)),
         )
+        params = StreamParams(cfg, loaded.config["hidden_size"])
+        mx.eval(params.parameters())
 
-    plain(), spec()  # warm-up: traces, allocations
-    times = {"plain": [], "spec": []}
-    for _ in range(min(rounds, 3)):
-        times["plain"].append(plain())
-        times["spec"].append(spec())
-    curve.plain_step_ms = round(statistics.median(times["plain"]), 3)
-    predicted = curve.pass_ms(2, 1, n_msa) - curve.overhead_ms
-    curve.overhead_ms = round(max(0.0, statistics.median(times["spec"]) - predicted), 3)
+        def run():
+            steps_ = speculative_decode(
+                loaded.model, arch, params, prompt, steps + 1, compiled=curve.compiled
+            )
+            return per_step(steps_)
+
+        return run
+
+    fns = {0: lambda: per_step(plain_decode(loaded.model, prompt, steps + 1, sample, None, passes))}
+    fns.update({n: star(n) for n in LOOP_NODES})
+    for fn in fns.values():  # warm-up: traces, allocations
+        fn()
+    times: dict = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, fn in fns.items():
+            times[n].append(fn())
+    curve.plain_step_ms = round(statistics.median(times[0]), 3)
+    measured = np.maximum.accumulate([statistics.median(times[n]) for n in LOOP_NODES])
+    curve.loop_ms = [round(float(v), 3) for v in measured]
 
 
 def read_curve(loaded: LoadedModel) -> LatencyCurve | None:

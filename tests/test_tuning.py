@@ -286,7 +286,8 @@ def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path):
     assert path.is_file() and str(path).startswith(str(tmp_path / "cache"))
     assert curve.rows == list(calibration.CURVE_ROWS)
     assert curve.plain_ms > 0 and curve.head_ms[0] > 0
-    assert curve.pass_ms(4, 2, 2) > curve.pass_ms(2, 1, 2) > curve.overhead_ms
+    assert curve.pass_ms(4, 2, 2) > curve.pass_ms(2, 1, 2) > 0
+    assert len(curve.loop_ms) == len(calibration.LOOP_NODES) and curve.plain_step_ms > 0
     assert json.loads(path.read_text())["key"] == curve.key
     loaded.latency_curve = None
     again = calibration.latency_curve(loaded, measure=False)  # read back, not measured
@@ -302,14 +303,18 @@ def test_curve_key_depends_on_precision(tiny_folders):
     assert calibration.curve_key(a) != calibration.curve_key(b)
 
 
-def flat_curve(loaded, layer_ms=1.0, per_row=0.0, overhead=0.0):
+def flat_curve(loaded, layer_ms=1.0, per_row=0.0):
     """A made-up latency curve for `loaded`: the tree choice without timing noise."""
     rows = list(calibration.CURVE_ROWS)
-    return calibration.LatencyCurve(
-        "test", loaded.name, loaded.precision, calibration.curve_key(loaded),
-        loaded.config["num_hidden_layers"], 128, rows,
-        [layer_ms + per_row * r for r in rows], [layer_ms + per_row * r for r in rows], overhead,
+    n_layers = loaded.config["num_hidden_layers"]
+    cost = [layer_ms + per_row * r for r in rows]
+    curve = calibration.LatencyCurve(
+        "test", loaded.name, loaded.precision, calibration.curve_key(loaded), n_layers, 128, rows,
+        cost, cost,
     )  # fmt: skip
+    curve.loop_ms = [curve._layers_and_head(n, 1, curve.msa_ref) for n in calibration.LOOP_NODES]
+    curve.plain_step_ms = n_layers * layer_ms + layer_ms
+    return curve
 
 
 def test_acceptance_picks_the_tree_by_default(tiny_models):

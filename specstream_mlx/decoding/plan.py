@@ -23,6 +23,9 @@ from .tree import Tree
 Path_ = tuple[int, ...]
 PROBE_TOP_K = 8  # ranks counted per stream; a target outside the top 8 ends its path
 MAX_PLAN_NODES = 64  # drafted nodes, root excluded
+# A tree must promise this much over one token per pass: below it, timing noise (about 5-10%
+# between runs on a shared machine) could make the "faster" tree the slower one.
+MIN_GAIN = 1.03
 ACCEPTANCE_FILE = "acceptance.json"
 
 
@@ -179,11 +182,13 @@ def choose_tree(
     pass_ms: Callable[[int, int], float],
     plain_ms: float,
     max_nodes: int = MAX_PLAN_NODES,
+    min_gain: float = MIN_GAIN,
 ) -> TreePlan:
     """The tree with the most expected tokens per second: pass_ms(nodes, depth) is the predicted
     cost of one pass over a tree of `nodes` nodes (root included) whose streams draft `depth`
     levels. The empty tree is a candidate too: one token per pass at plain decoding's cost
-    (plain_ms: the streams are then not run, or, in shared mode, plain decoding runs them)."""
+    (plain_ms: the streams are then not run, or, in shared mode, plain decoding runs them). A
+    tree is chosen over it only when it promises `min_gain` times its speed."""
     best = TreePlan((), 1.0, plain_ms, plain_ms)
     candidates = [(1, 0, round(best.predicted_speedup, 3))]
     for depth in range(1, acceptance.gamma + 1):
@@ -204,7 +209,8 @@ def choose_tree(
                 plain_ms,
             )
             candidates.append((n + 1, depth, round(plan.predicted_speedup, 3)))
-            if plan.predicted_speedup > best.predicted_speedup + 1e-9:
+            bar = best.predicted_speedup * (min_gain if not best.paths else 1.0)
+            if plan.predicted_speedup > bar + 1e-9:
                 best = plan
     return TreePlan(best.paths, best.expected_tokens, best.pass_ms, plain_ms, candidates)
 
