@@ -52,6 +52,13 @@ def add_parser(subparsers) -> None:
         "data2text, sql)",
     )
     p.add_argument("--temp", type=temperature, default=0.0, help="0 = greedy (default)")
+    p.add_argument(
+        "--tree",
+        choices=["auto", "adapter"],
+        default="auto",
+        help="auto (default): the draft tree chosen for this device (specstream calibrate); "
+        "adapter: the adapter's own tree, no calibration",
+    )
     add_model_args(p)
     p.add_argument("--json", default=None, help="write the report (schema: bench/report.py)")
     p.add_argument("--markdown", default=None, help="write the tables as markdown")
@@ -89,6 +96,7 @@ def run(args) -> int:
         precision=args.precision,
         medusa=args.medusa,
         lora=args.lora,
+        tree=args.tree,
     )
     report = run_bench(config, log=lambda s: print(s, file=sys.stderr, flush=True))
     table = markdown(report)

@@ -111,7 +111,7 @@ def run(args) -> int:
     print(f"{mode} passes (faster here); in the decoding loop, ms per pass:")
     print("| tree nodes (one stream each) | ms | x plain step |\n|---:|---:|---:|")
     print(f"| plain decoding | {curve.plain_ms:.1f} | 1.00 |")
-    for nodes, ms in zip(calibration.LOOP_NODES, curve.loop_ms, strict=True):
+    for nodes, ms in zip(curve.loop_nodes, curve.loop_ms, strict=True):
         print(f"| {nodes} | {ms:.1f} | {ms / curve.plain_ms:.2f} |")
     tree = out.get("tree")
     if tree:

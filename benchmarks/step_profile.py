@@ -8,7 +8,11 @@
 3. Whole generations (ar and ss, eager and compiled, interleaved; the first of each is a warm-up
    that pays the compilation): ms per forward pass and tokens per second.
 
-    ./dev.sh python benchmarks/step_profile.py [--adapter chat] [--rounds 15] [--json OUT]
+    ./dev.sh python benchmarks/step_profile.py [--adapter chat] [--paths "0;1"] [--rounds 15]
+        [--json OUT]
+
+--paths forces a static tree (rank paths, ";"-separated, ranks "."-separated) instead of the
+one chosen for this device, e.g. to profile a tree pass where no tree pays.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import mlx.core as mx  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
 from specstream_mlx.decoding.compiled import CompiledPasses  # noqa: E402
 from specstream_mlx.decoding.plain import make_cache  # noqa: E402
-from specstream_mlx.decoding.plan import sparse_tree  # noqa: E402
+from specstream_mlx.decoding.plan import TreePlan, expected_tokens, sparse_tree  # noqa: E402
 from specstream_mlx.decoding.speculative import _compiled_pass  # noqa: E402
 from specstream_mlx.decoding.tree_step import tree_forward  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
@@ -42,7 +46,7 @@ def components(loaded, arch, cache, rows: int, rounds: int) -> dict:
     model, layers = loaded.model, arch.layers
     tokens = mx.arange(rows)[None] + 7
     x = mx.random.normal((1, rows, arch.dims))
-    x_mlp = mx.random.normal((1, rows, layers[0].mlp.down_proj.weight.shape[1]))
+    x_mlp = mx.random.normal((1, rows, loaded.config["intermediate_size"]))
     rotary = arch.ropes[0].inner
     attn = layers[0].self_attn
     head_dim = arch.dims // attn.n_heads
@@ -100,7 +104,8 @@ def components(loaded, arch, cache, rows: int, rounds: int) -> dict:
 
 def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
     tree = sparse_tree(1, [[5, 6, 7, 8]] * max(plan.depth, 1), plan.paths)
-    n_streams = max(plan.depth, 1)
+    cfg = params.config
+    n_streams = cfg.gamma if cfg.mode == "shared" else max(plan.depth, 1)
     compiled_plain, compiled_tree = CompiledPasses(arch), CompiledPasses(arch, params)
     token = mx.array([9])
 
@@ -145,6 +150,7 @@ def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
 
 
 def generations(loaded, params, rounds: int, max_tokens: int) -> list[dict]:
+    """ar and ss with the given streams (their tree as given: tree="adapter")."""
     runs = {(decoder, compiled): [] for decoder in ("ar", "ss") for compiled in (False, True)}
     for round_ in range(rounds + 1):
         for (decoder, compiled), results in runs.items():
@@ -155,6 +161,7 @@ def generations(loaded, params, rounds: int, max_tokens: int) -> list[dict]:
                 decoder=decoder,
                 streams=params,
                 compile=compiled,
+                tree="adapter",
             )
             if round_:
                 results.append(r)
@@ -184,6 +191,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--generations", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--paths", default=None, help='a static tree, e.g. "0;1;0.0"')
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -193,6 +201,21 @@ def main() -> None:
     params, plan = calibration.tuned(loaded, loaded.streams)
     if plan is None:
         raise SystemExit(f"{args.adapter} has no acceptance statistics (specstream calibrate)")
+    if args.paths:
+        paths = tuple(tuple(int(r) for r in p.split(".")) for p in args.paths.split(";"))
+        acc, curve = loaded.streams.acceptance, loaded.latency_curve
+        depth = max(len(p) for p in paths)
+        cfg = loaded.streams.config
+        plan = TreePlan(
+            paths,
+            expected_tokens(acc, paths),
+            curve.pass_ms(len(paths) + 1, cfg.gamma if cfg.mode == "shared" else depth,
+                          cfg.n_msa_layers),
+            curve.plain_ms,
+        )  # fmt: skip
+        params = loaded.streams.with_config(
+            tree=paths, top_k=plan.top_k(), max_tree_nodes=plan.nodes, prune_threshold=0.0
+        )
     cache = make_cache(loaded.model)
     mx.eval(loaded.model(mx.arange(128)[None] + 100, cache=cache))
     print(
@@ -207,8 +230,8 @@ def main() -> None:
         "adapter": args.adapter,
         "tree": plan.to_dict(),
         "components_ms": {
-            "1 row": components(loaded, arch, cache, 1, args.rounds),
-            f"{plan.nodes} rows": components(loaded, arch, cache, plan.nodes, args.rounds),
+            f"{r} rows": components(loaded, arch, cache, r, args.rounds)
+            for r in sorted({1, plan.nodes})
         },
         "passes_ms": passes(loaded, arch, params, plan, cache, args.rounds),
         "generations": generations(loaded, params, args.generations, args.max_tokens),

@@ -35,9 +35,13 @@ from .models.loader import LoadedModel, cache_dir
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-CURVE_VERSION = 3
+CURVE_VERSION = 4
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
+# Row counts whose forward pass costs more than this many 1-row passes are not timed (no tree
+# that large can pay, and on a device where cost grows with rows, e.g. quantized weights on a
+# CPU, timing them would take many minutes); the curve extends proportionally past them.
+MAX_COST_RATIO = 6.0
 
 
 @dataclass
@@ -52,7 +56,8 @@ class LatencyCurve:
     layer_ms: list[float]  # one decoder layer, R rows in flight
     head_ms: list[float]  # final norm + LM head over R rows
     plain_step_ms: float = 0.0  # a step of the plain decoding loop (pipelined), measured
-    loop_ms: list = field(default_factory=list)  # a pass of LOOP_NODES nodes, 1 stream each
+    loop_ms: list = field(default_factory=list)  # a pass of loop_nodes nodes, 1 stream each
+    loop_nodes: list = field(default_factory=list)  # the LOOP_NODES timed (see MAX_COST_RATIO)
     msa_ref: int = 4  # MSA layers of the streams loop_ms was measured with
     compiled: bool = False  # compiled passes (decoding.compiled) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
@@ -94,8 +99,8 @@ class LatencyCurve:
         `n_msa` layers. The measured loop pass of that size (one stream per node in `msa_ref`
         layers), corrected by the curve for other stream counts and MSA depths; beyond the
         largest measured size, extended along the curve."""
-        size = min(nodes, LOOP_NODES[-1])
-        loop = float(np.interp(size, LOOP_NODES, self.loop_ms))
+        size = min(nodes, self.loop_nodes[-1])
+        loop = float(np.interp(size, self.loop_nodes, self.loop_ms))
         measured_shape = self._layers_and_head(size, 1, self.msa_ref)
         return loop + self._layers_and_head(nodes, streams, n_msa) - measured_shape
 
@@ -143,6 +148,23 @@ def curve_key(loaded: LoadedModel) -> str:
 
 def curve_path(loaded: LoadedModel) -> Path:
     return cache_dir() / "calibration" / f"{curve_key(loaded)}.json"
+
+
+def _affordable(rows, make_run) -> list[int]:
+    """The leading row counts whose single timed pass (after a warm-up one) costs at most
+    MAX_COST_RATIO times the first one's; at least two."""
+    kept, first = [], None
+    for r in rows:
+        run = make_run(r)
+        run()
+        start = time.perf_counter()
+        run()
+        ms = (time.perf_counter() - start) * 1000
+        first = ms if first is None else first
+        if len(kept) >= 2 and ms > MAX_COST_RATIO * first:
+            break
+        kept.append(r)
+    return kept
 
 
 def _interleaved_ms(fns: dict, rounds: int) -> dict:
@@ -197,6 +219,7 @@ def measure_curve(
     compiled = can_compile and sum(modes[(True, r)] for r in (1, 2, 4)) < sum(
         modes[(False, r)] for r in (1, 2, 4)
     )
+    rows = _affordable(rows, lambda r: forward(r, compiled))
     timed = _interleaved_ms({r: forward(r, compiled) for r in rows}, rounds)
     heads = {}
     for r in rows:
@@ -270,7 +293,8 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
         return run
 
     fns = {0: lambda: per_step(plain_decode(loaded.model, prompt, steps + 1, sample, None, passes))}
-    fns.update({n: star(n) for n in LOOP_NODES})
+    nodes = [n for n in LOOP_NODES if n <= curve.rows[-1]]
+    fns.update({n: star(n) for n in nodes})
     for fn in fns.values():  # warm-up: traces, allocations
         fn()
     times: dict = {n: [] for n in fns}
@@ -278,8 +302,9 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
         for n, fn in fns.items():
             times[n].append(fn())
     curve.plain_step_ms = round(statistics.median(times[0]), 3)
-    measured = np.maximum.accumulate([statistics.median(times[n]) for n in LOOP_NODES])
+    measured = np.maximum.accumulate([statistics.median(times[n]) for n in nodes])
     curve.loop_ms = [round(float(v), 3) for v in measured]
+    curve.loop_nodes = nodes
 
 
 def read_curve(loaded: LoadedModel) -> LatencyCurve | None:

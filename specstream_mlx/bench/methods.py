@@ -62,6 +62,7 @@ class Method:
     adapter: str | None = None  # the stream adapter it decodes with (ss, or a shared model's)
     extra_params: int = 0  # parameters it adds to the base model, LoRA excluded
     drafter: object = None  # medusa: a decoding.speculative.Drafter
+    tree: str = "auto"  # the speculative decoders' tree (stream_generate's tree=)
     _weights: int | None = field(default=None, init=False, repr=False)  # weights_bytes, once
 
     def run(self, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams) -> Sample:
@@ -103,6 +104,7 @@ def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
         decoder=decoder,
         streams=method.loaded.streams if decoder in ("ss", "ss+pld") else None,
         drafter=method.drafter,
+        tree=method.tree,
     ):
         tokens += chunk.token_ids
         pieces.append(chunk.text)

@@ -6,7 +6,7 @@ The JSON schema (stable; new keys may be added, none renamed):
     {"suite": str,
      "machine": {"platform", "processor", "python", "backend", "blas", "mlx", "mlx_lm"},
      "config": {"suite", "data", "limit", "max_tokens", "methods", "adapter", "temp", "model",
-                "precision", "medusa", "lora"},
+                "precision", "medusa", "lora", "tree"},
      "methods": [{"name", "adapter", "speedup_vs_ar", "tokens_per_second",
                   "mean_accepted_tokens", "forward_passes", "quality": {...},
                   "identical_to_ar": float | null, "extra_params", "peak_memory_mb",

@@ -30,6 +30,7 @@ class BenchConfig:
     precision: str = "auto"
     medusa: str | None = None  # trained Medusa heads, for the medusa method
     lora: str | None = None  # a next-token LoRA adapter folder, for the lora method
+    tree: str = "auto"  # auto: the tree chosen for this device; adapter: the adapter's own
 
 
 @dataclass
@@ -55,6 +56,8 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) 
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     base = ss.load(config.model, precision=config.precision) if shared else loaded
     methods = make_methods(list(config.methods), loaded, base, config.medusa, config.lora)
+    for method in methods:
+        method.tree = config.tree
     sampling = SamplingParams(temperature=config.temp, seed=0)
 
     first = encode_prompt(loaded, questions[0].turns[0])
