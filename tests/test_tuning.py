@@ -216,40 +216,27 @@ def test_compiled_passes_cross_a_capacity_bucket(tiny_models):
     assert {256, 512} <= capacities
 
 
-def test_oracle_accepts_a_later_sibling_and_the_cache_follows(tiny_models):
-    """Truth at rank 1 of stream 1 and rank 0 of stream 2 in the tree ((0,), (1,), (1, 0)):
-    the accepted path skips node 1, so the KV rows move; the output stays exact."""
-    loaded = tiny_models["phi3"]
-    prompt = encode_prompt(loaded, "later sibling")
-    saved = set(loaded.eos_token_ids)
-    loaded.eos_token_ids.clear()
-    try:
-        truth = ss.generate(loaded, prompt, max_tokens=30).token_ids
-        arch = arch_of(loaded.model, loaded.config["model_type"])
-        params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
-        params = params.with_config(tree=((0,), (1,), (1, 0)), max_tree_nodes=4)
-
-        def oracle(history):
-            done = len(history) - len(prompt)
-            t = [truth[done + j] if done + j < len(truth) else 0 for j in range(2)]
-            return [[(t[0] + 1) % 200, t[0]], [t[1], (t[1] + 1) % 200]]
-
-        for compiled in (False, True):
-            steps = list(
-                speculative_decode(
-                    loaded.model, arch, params, prompt, 30, oracle, compiled=compiled
-                )
-            )
-            assert [t for s in steps for t in s.tokens] == truth
-            assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
-    finally:
-        loaded.eos_token_ids.update(saved)
+def later_sibling(t):  # truth at rank 1 of stream 1, rank 0 of stream 2
+    return [[(t[0] + 1) % 200, t[0]], [t[1], (t[1] + 1) % 200]]
 
 
-def test_oracle_on_a_static_tree_accepts_every_level(tiny_models):
-    """The true token drafted at rank 1 of each stream: the tree ((1,), (1, 1)) accepts two
-    drafted tokens and the correction on every pass, compiled or not."""
-    loaded = tiny_models["qwen2"]
+def second_best(t):  # truth at rank 1 of both streams
+    return [[0, t[0]], [0, t[1]]]
+
+
+@pytest.mark.parametrize(
+    "family, paths, proposals",
+    [
+        # the accepted path skips node 1, so the KV rows move
+        ("phi3", ((0,), (1,), (1, 0)), later_sibling),
+        # a chain drafted from rank 1: every level accepted
+        ("qwen2", ((1,), (1, 1)), second_best),
+    ],
+)
+def test_oracle_on_a_static_tree_accepts_its_path(tiny_models, family, paths, proposals):
+    """The true tokens drafted where `paths` expects them: two drafted tokens and the
+    correction accepted on every pass, compiled or not, and the output stays exact."""
+    loaded = tiny_models[family]
     prompt = encode_prompt(loaded, "oracle tree")
     saved = set(loaded.eos_token_ids)
     loaded.eos_token_ids.clear()
@@ -257,11 +244,11 @@ def test_oracle_on_a_static_tree_accepts_every_level(tiny_models):
         truth = ss.generate(loaded, prompt, max_tokens=30).token_ids
         arch = arch_of(loaded.model, loaded.config["model_type"])
         params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
-        params = params.with_config(tree=((1,), (1, 1)), max_tree_nodes=3)
+        params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
 
         def oracle(history):
             done = len(history) - len(prompt)
-            return [[0, truth[done + j] if done + j < len(truth) else 0] for j in range(2)]
+            return proposals([truth[done + j] if done + j < len(truth) else 0 for j in range(2)])
 
         for compiled in (False, True):
             steps = list(
