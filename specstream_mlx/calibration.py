@@ -10,6 +10,7 @@ wait for the result, KV compaction).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -108,6 +109,7 @@ class LatencyCurve:
         return asdict(self)
 
 
+@functools.cache
 def machine_id() -> str:
     """The chip: Metal's device name, or the CPU's model name and core count."""
     if mx.default_device() != mx.cpu and mx.metal.is_available():

@@ -348,9 +348,9 @@ def generate(
 
 def _compile_default(loaded: LoadedModel) -> bool:
     from .backend import device_name
-    from .calibration import read_curve
+    from .calibration import latency_curve
 
-    curve = loaded.latency_curve or read_curve(loaded)
+    curve = latency_curve(loaded, measure=False)  # kept on `loaded` once read
     if curve is not None:
         return curve.compiled
     return not device_name().startswith("cpu")
