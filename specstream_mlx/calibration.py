@@ -25,9 +25,10 @@ import mlx.core as mx
 import numpy as np
 
 from . import backend
-from .decoding.compiled import CompiledPasses, compilable
-from .decoding.plain import make_cache
+from .decoding.loop import Decoder, decode, make_cache
+from .decoding.passes import Passes, compilable
 from .decoding.plan import Acceptance, TreePlan, choose_tree
+from .decoding.policy import TreePolicy
 from .decoding.tree import Tree
 from .decoding.tree_step import ONE_HEAD_PASS_ROWS
 from .errors import SpecstreamError
@@ -60,7 +61,7 @@ class LatencyCurve:
     loop_ms: list = field(default_factory=list)  # a pass of loop_nodes nodes, 1 stream each
     loop_nodes: list = field(default_factory=list)  # the LOOP_NODES timed (see MAX_COST_RATIO)
     msa_ref: int = 4  # MSA layers of the streams loop_ms was measured with
-    compiled: bool = False  # compiled passes (decoding.compiled) measured faster here
+    compiled: bool = False  # compiled passes (decoding.passes) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
     version: int = CURVE_VERSION
@@ -195,7 +196,7 @@ def measure_curve(
     cache = make_cache(model)
     vocab = config["vocab_size"]
     mx.eval(model(mx.arange(context)[None] % vocab, cache=cache)[0, -1])
-    passes = CompiledPasses(arch)
+    passes = Passes(arch, None, compiled=True)
 
     def chain(r):
         return Tree(list(range(7, 7 + r)), list(range(-1, r - 1)), list(range(r)))
@@ -205,7 +206,7 @@ def measure_curve(
 
         def run():
             if compiled:
-                mx.eval(passes(tree, cache)[0])
+                mx.eval(passes.logits(tree, cache)[0])
             else:
                 mx.eval(model(tokens, cache=cache))
             for c in cache:
@@ -253,50 +254,38 @@ def measure_curve(
 
 
 def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int) -> None:
-    """Real decoding loops, in the curve's mode, interleaved: plain decoding (its steps overlap
-    the next step's graph building with the current one's work) sets `plain_step_ms`; Speculative
-    Streaming with untrained streams on a static tree of N nodes (the root and N - 1 children:
-    one stream per node) sets `loop_ms[N]`: everything a pass costs, the wait for its result,
-    reading it back and compacting the cache included."""
-    from .decoding.plain import plain_decode
-    from .decoding.speculative import compiled_passes, speculative_decode
-    from .sampling import Sampler, SamplingParams
-
+    """Real decoding loops (decoding.loop), in the curve's mode, interleaved: plain decoding
+    sets `plain_step_ms`; Speculative Streaming with untrained streams on a static tree of N
+    nodes (the root and N - 1 children: one stream per node) sets `loop_ms[N]`: everything a
+    pass costs, reading it back and compacting the cache included."""
     vocab, steps = loaded.config["vocab_size"], 10
     prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
-    sample = Sampler(SamplingParams())
-    passes = compiled_passes(arch, None) if curve.compiled else None
     n_ref = curve.msa_ref
 
-    def per_step(iterator) -> float:
-        next(iterator)  # the first step includes the prefill (and has no draft yet)
-        start, n = time.perf_counter(), 0
-        for _ in iterator:
-            n += 1
-        return (time.perf_counter() - start) * 1000 / n
-
-    def star(nodes: int):
-        cfg = StreamConfig(
-            gamma=1,
-            n_msa_layers=n_ref,
-            top_k=max(nodes - 1, 1),
-            max_tree_nodes=nodes,
-            tree=tuple((i,) for i in range(nodes - 1)),
-        )
-        params = StreamParams(cfg, loaded.config["hidden_size"])
-        mx.eval(params.parameters())
-
-        def run():
-            steps_ = speculative_decode(
-                loaded.model, arch, params, prompt, steps + 1, compiled=curve.compiled
-            )
-            return per_step(steps_)
+    def per_step(dec: Decoder):
+        def run() -> float:
+            iterator = decode(dec, prompt, 10**6)
+            next(iterator)  # the first step has no draft yet
+            start = time.perf_counter()
+            for _ in range(steps):
+                next(iterator)
+            iterator.close()
+            return (time.perf_counter() - start) * 1000 / steps
 
         return run
 
-    fns = {0: lambda: per_step(plain_decode(loaded.model, prompt, steps + 1, sample, None, passes))}
+    def star(nodes: int) -> Decoder:
+        cfg = StreamConfig(gamma=1, n_msa_layers=n_ref, top_k=max(nodes - 1, 1))
+        params = StreamParams(cfg, loaded.config["hidden_size"])
+        mx.eval(params.parameters())
+        policy = TreePolicy.static(tuple((i,) for i in range(nodes - 1)))
+        passes = Passes(arch, params, curve.compiled)
+        return Decoder(loaded.model, arch, params, policy, passes=passes)
+
+    plain = Decoder(loaded.model, arch, passes=Passes(arch, None, curve.compiled))
+    fns = {0: per_step(plain)}
     nodes = [n for n in LOOP_NODES if n <= curve.rows[-1]]
-    fns.update({n: star(n) for n in nodes})
+    fns.update({n: per_step(star(n)) for n in nodes})
     for fn in fns.values():  # warm-up: traces, allocations
         fn()
     times: dict = {n: [] for n in fns}
@@ -383,24 +372,16 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
     return choose_tree(acceptance, pass_ms, plain)
 
 
-def tuned(loaded: LoadedModel, params: StreamParams) -> tuple[StreamParams, TreePlan | None]:
-    """`params` with the tree chosen for this device (the streams' own tree when they have no
-    acceptance statistics). The choice is kept on `params` for the next call."""
+def tuned(loaded: LoadedModel, params: StreamParams) -> TreePlan | None:
+    """The tree chosen for `params` on this device (None when they carry no acceptance
+    statistics); kept on `loaded` for the next call."""
     if getattr(params, "acceptance", None) is None:
-        return params, None
-    key = curve_key(loaded)
-    cached = getattr(params, "_tuned", None)
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
-    plan = plan_tree(loaded, params, latency_curve(loaded))
-    chosen = params.with_config(
-        tree=plan.paths,
-        top_k=plan.top_k(),
-        max_tree_nodes=plan.nodes,
-        prune_threshold=0.0,
-    )
-    object.__setattr__(params, "_tuned", (key, chosen, plan))  # not a module child
-    return chosen, plan
+        return None
+    key = (id(params), curve_key(loaded))
+    plan = loaded.trees.get(key)
+    if plan is None:
+        plan = loaded.trees[key] = plan_tree(loaded, params, latency_curve(loaded))
+    return plan
 
 
 def measure_acceptance(
@@ -415,10 +396,10 @@ def measure_acceptance(
     rank of each later decided token among its stream's proposals (the streams' own tree
     drafts meanwhile). `loaded` must carry the adapter (shared mode: its LoRA layers)."""
     from .decoding.plan import ranks_of
-    from .decoding.speculative import speculative_decode
-    from .generate import encode_prompt
+    from .prompts import encode_prompt
 
     arch = arch_of(loaded.model, loaded.config["model_type"])
+    policy = TreePolicy.of(params.config)
     rows = []
     for number, prompt in enumerate(prompts, start=1):
         ids = prompt if isinstance(prompt, list) else encode_prompt(loaded, prompt)
@@ -427,7 +408,8 @@ def measure_acceptance(
             continue
         probe: list = []
         history = list(ids)
-        steps = speculative_decode(loaded.model, arch, params, ids, budget, probe=probe)
+        dec = Decoder(loaded.model, arch, params, policy, probe=probe)
+        steps = decode(dec, ids, budget)
         for step in steps:
             history += step.tokens
             if any(t in loaded.eos_token_ids for t in step.tokens):

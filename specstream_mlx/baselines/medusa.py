@@ -18,7 +18,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..decoding.speculative import top_k_ids
+from ..decoding.passes import top_k_ids
 from ..decoding.tree import Tree, draft_tree, prune, subtree
 from ..errors import SpecstreamError
 from ..models.arch import Arch

@@ -61,7 +61,7 @@ class Method:
     loaded: LoadedModel
     adapter: str | None = None  # the stream adapter it decodes with (ss, or a shared model's)
     extra_params: int = 0  # parameters it adds to the base model, LoRA excluded
-    drafter: object = None  # medusa: a decoding.speculative.Drafter
+    drafter: object = None  # medusa: a decoding.loop.Drafter
     tree: str = "auto"  # the speculative decoders' tree (stream_generate's tree=)
     _weights: int | None = field(default=None, init=False, repr=False)  # weights_bytes, once
 

@@ -11,7 +11,7 @@ from importlib.metadata import version
 
 from ..backend import device_name, preload_blas
 from ..errors import SpecstreamError
-from ..generate import encode_prompt
+from ..prompts import encode_prompt
 from ..sampling import SamplingParams
 from .methods import UNAVAILABLE, Method, Sample, check_methods, make_methods
 from .suites import SUITES, Question, read_suite

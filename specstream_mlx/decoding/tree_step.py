@@ -12,7 +12,8 @@ import numpy as np
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .kv import MainOnlyCache
-from .tree import Tree, msa_mask, prune
+from .tree import Tree, msa_mask
+from .tree import prune as prune_tree
 
 # Up to this many rows, main and stream logits come from one LM-head pass: the head's weights
 # are read once (the pass is memory-bound on a CPU), instead of once for the main stream and
@@ -107,26 +108,33 @@ def msa_layers(
 
 def tree_forward(
     arch: Arch,
-    params: StreamParams,
+    params: StreamParams | None,
     tree: Tree,
     caches: list,
-    prefix: int,
     n_streams: int | None = None,
     stream_logits: bool = True,
-    extra_nodes: int = 0,
+    prune=None,
 ) -> TreeOutput:
-    """Verify `tree` and run the first `n_streams` (default gamma) streams of its survivors.
-    stream_logits=False skips the head on the stream rows: nothing will be drafted from them
-    (a shared-mode model's plain decoding, or drafts from elsewhere). `extra_nodes` raises the
-    pruning cap for nodes drafted by other means (prompt lookup)."""
+    """Verify `tree` at the caches' offset and run the first `n_streams` (default gamma) streams
+    of its survivors; params=None verifies with the model alone (every node a survivor, the
+    normed hidden states kept for drafters that read them). stream_logits=False skips the head
+    on the stream rows: nothing will be drafted from them. `prune` (a decoding.policy
+    TreePolicy: threshold and node cap) cuts the tree with the early-exit head first."""
+    prefix = caches[0].offset
+    if params is None:
+        h = arch.norm(_lower_layers(arch, len(arch.layers), tree, caches, prefix)[0])  # (N, d)
+        return TreeOutput(list(range(len(tree))), arch.lm_head(h), None, main_hidden=h)
     cfg = params.config
-    cap = cfg.max_tree_nodes + extra_nodes
     n_low = len(arch.layers) - cfg.n_msa_layers
     h = _lower_layers(arch, n_low, tree, caches, prefix)
 
     survivors = list(range(len(tree)))
     # The early-exit head is only needed when something can be cut.
-    if len(tree) > 1 and (len(tree) > cap or cfg.prune_threshold > 0):
+    if (
+        prune is not None
+        and len(tree) > 1
+        and (len(tree) > prune.max_nodes or prune.prune_threshold > 0)
+    ):
         # Early-exit transition probabilities parent -> child from the pruning head.
         parents = sorted({p for p in tree.parents[1:]})
         z = arch.lm_head(arch.norm(h[0, parents] + params.prune(h[0, parents])))  # (P, V)
@@ -135,7 +143,7 @@ def tree_forward(
         rows = mx.array([row[p] for p in tree.parents[1:]])
         cols = mx.array(tree.tokens[1:])
         transition = np.concatenate([[1.0], np.array(probs[rows, cols])])
-        survivors = prune(tree, transition, cfg.prune_threshold, cap)
+        survivors = prune_tree(tree, transition, prune.prune_threshold, prune.max_nodes)
 
     m, gamma = len(survivors), cfg.gamma if n_streams is None else n_streams
     kept = mx.array(survivors)
@@ -148,13 +156,6 @@ def tree_forward(
         return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)
     return TreeOutput(survivors, main_logits, stream_hidden)
-
-
-def verify_forward(arch: Arch, tree: Tree, caches: list, prefix: int) -> TreeOutput:
-    """Verify `tree` with the model alone (no streams): drafts from elsewhere, e.g. prompt
-    lookup. Every node is a survivor."""
-    h = arch.norm(_lower_layers(arch, len(arch.layers), tree, caches, prefix)[0])  # (N, d)
-    return TreeOutput(list(range(len(tree))), arch.lm_head(h), None, main_hidden=h)
 
 
 def prefill_with_streams(

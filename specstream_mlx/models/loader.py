@@ -46,6 +46,12 @@ class LoadedModel:
     fingerprint: dict | None = field(default=None, repr=False, compare=False)
     # This device's latency curve (calibration.latency_curve), read or measured on first need.
     latency_curve: object = field(default=None, repr=False, compare=False)
+    # Compiled passes per (streams, compiled) (session.passes_for): traces outlive a generation.
+    passes: dict = field(default_factory=dict, repr=False, compare=False)
+    # Shared-mode LoRA fused into the weights (streams.lora.Fused: the base weights it replaced).
+    fused: object = field(default=None, repr=False, compare=False)
+    # Trees chosen for streams on this device (calibration.tuned), per (streams, curve key).
+    trees: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def cache_dir() -> Path:

@@ -21,13 +21,16 @@ from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
     apply_lora,
+    can_fuse,
     current_lora,
     expected_lora_shapes,
+    fuse_lora,
     load_lora_weights,
     lora_settings,
     lora_weights,
     put_back_lora,
     remove_lora,
+    unfuse_lora,
 )
 from .params import StreamParams
 
@@ -228,20 +231,23 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
 
 
 def attach(adapter: Adapter | None, loaded) -> None:
-    """Make `adapter` the one `loaded` decodes with (None: the base model alone). LoRA layers stay
-    unfused, so the base weights never change; when the rank and scale already match, swapping
-    only points the LoRA layers at the other adapter's tensors."""
+    """Make `adapter` the one `loaded` decodes with (None: the base model alone). LoRA on a float
+    base is fused into its weights, computed afresh from the untouched base at every swap (base
+    speed, no drift); on a quantized base it stays unfused (mlx-lm LoRALinear layers whose
+    tensors are swapped). Compiled passes of the old weights are dropped."""
     model = loaded.model
-    if adapter is None or not adapter.lora:
-        if current_lora(model) is not None:
-            remove_lora(model, keep=True)
-    else:
-        setting = (adapter.lora_rank, float(adapter.lora_scale))
-        if current_lora(model) != setting and not put_back_lora(model, *setting):
-            if current_lora(model) is not None:
-                remove_lora(model, keep=True)
-            apply_lora(model, *setting)
-        load_lora_weights(model, adapter.lora)
+    unfuse_lora(model, loaded.fused)
+    loaded.fused = None
+    loaded.passes.clear()  # traces hold the weights they were traced with
+    if current_lora(model) is not None:
+        remove_lora(model, keep=True)
+    if adapter is not None and adapter.lora:
+        if can_fuse(model, adapter.lora):
+            loaded.fused = fuse_lora(model, adapter.lora, adapter.lora_scale)
+        else:
+            if not put_back_lora(model, adapter.lora_rank, adapter.lora_scale):
+                apply_lora(model, adapter.lora_rank, adapter.lora_scale)
+            load_lora_weights(model, adapter.lora)
     loaded.streams = None if adapter is None else adapter.streams
     loaded.adapter = None if adapter is None else adapter.source
 

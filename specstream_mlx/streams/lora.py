@@ -164,3 +164,51 @@ def load_lora_weights(model: nn.Module, weights: dict[str, mx.array]) -> None:
         if leaf not in node:
             raise KeyError(f"no LoRA tensor {key} on the model")
         node[leaf] = value
+
+
+class Fused:
+    """LoRA fused into the base weights: W = W0 + scale * (a @ b)^T, computed from the untouched
+    base W0 kept here, so outputs never drift however often adapters swap."""
+
+    def __init__(self, base: dict[str, mx.array]):
+        self.base = base  # parameter path of each Linear -> the base weight it replaced
+
+
+def can_fuse(model: nn.Module, lora: dict[str, mx.array]) -> bool:
+    """Whether every LoRA target is a float nn.Linear (a quantized base stays unfused: fusing
+    would re-quantize it)."""
+    return all(type(_module(model, path)) is nn.Linear for path in _targets(lora))
+
+
+def fuse_lora(model: nn.Module, lora: dict[str, mx.array], scale: float) -> Fused:
+    """Put `lora` (PREFIX + path.lora_a / .lora_b) into the base weights; the base model must
+    carry no LoRA layers and nothing fused (`unfuse_lora` first)."""
+    base = {}
+    for path in _targets(lora):
+        linear = _module(model, path)
+        w0 = linear.weight  # (out, in)
+        a, b = lora[f"{PREFIX}{path}.lora_a"], lora[f"{PREFIX}{path}.lora_b"]  # (in, r), (r, out)
+        delta = (scale * (a @ b)).T.astype(w0.dtype)
+        linear.weight = w0 + delta
+        base[path] = w0
+    mx.eval([_module(model, p).weight for p in base])
+    return Fused(base)
+
+
+def unfuse_lora(model: nn.Module, fused: Fused | None) -> None:
+    """Put the base weights back."""
+    if fused is None:
+        return
+    for path, w0 in fused.base.items():
+        _module(model, path).weight = w0
+
+
+def _targets(lora: dict[str, mx.array]) -> list[str]:
+    return sorted({k[len(PREFIX) : -len(".lora_a")] for k in lora if k.endswith(".lora_a")})
+
+
+def _module(model: nn.Module, path: str) -> nn.Module:
+    node = model
+    for part in path.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..generate import encode_prompt
+from ..prompts import encode_prompt
 
 
 def distill(

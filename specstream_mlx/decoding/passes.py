@@ -1,0 +1,271 @@
+"""Forward passes over a draft tree on the KV buffers: one function, run as a compiled graph
+(`mx.compile`: ~1000 Python-dispatched operations become one trace, element-wise work fused) or
+eagerly.
+
+A pass reads and writes mlx-lm's own KV caches functionally: each layer's whole buffer goes in,
+this pass's rows are written at the offset (an array, so one trace serves every position), and
+the new buffer comes out. Attention spans the whole buffer with a mask that hides what lies past
+the pass's rows, so a trace depends only on the tree size, the streams run and the buffer's
+capacity (grown in steps of 256 rows).
+
+`Passes.step` runs a whole greedy pass of a static tree on the device: the forward, acceptance
+(argmax comparisons along the tree), the cache compaction to the accepted path and the next
+draft (the accepted node's stream top-k), with the offset as an array. Nothing is read back, so
+the decoding loop builds the next pass before this one finishes (decoding.loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from ..models.arch import Arch
+from .policy import StaticShape
+from .tree import Tree, msa_mask
+from .tree_step import ONE_HEAD_PASS_ROWS, msa_layers
+
+CAPACITY_STEP = 256
+MAX_TRACES = 48  # traces kept per Passes, least recently used dropped
+
+
+class _BufferCache:
+    """A layer's KV buffer inside a pass: rows written at `offset`, the whole buffer read (the
+    mask hides what is past this pass's rows)."""
+
+    def __init__(self, keys: mx.array, values: mx.array, offset: mx.array):
+        self.keys, self.values, self._offset = keys, values, offset
+
+    @property
+    def offset(self) -> mx.array:
+        return self._offset
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        start = self._offset[None]
+        self.keys = mx.slice_update(self.keys, keys, start, axes=(2,))
+        self.values = mx.slice_update(self.values, values, start, axes=(2,))
+        return self.keys, self.values
+
+
+def reserve(caches: list, end: int) -> int:
+    """Grow every cache's buffer to a multiple of CAPACITY_STEP holding `end` rows (an upper
+    bound of the rows the next passes write up to); returns the capacity."""
+    need = -(-end // CAPACITY_STEP) * CAPACITY_STEP
+    for cache in caches:
+        cap = cache.keys.shape[2]
+        target = max(need, -(-cap // CAPACITY_STEP) * CAPACITY_STEP)
+        if target == cap:
+            continue
+        b, h, _, dk = cache.keys.shape
+        pad_k = mx.zeros((b, h, target - cap, dk), cache.keys.dtype)
+        pad_v = mx.zeros((b, h, target - cap, cache.values.shape[3]), cache.values.dtype)
+        cache.keys = mx.concatenate([cache.keys, pad_k], axis=2)
+        cache.values = mx.concatenate([cache.values, pad_v], axis=2)
+    return caches[0].keys.shape[2]
+
+
+def compilable(caches: list) -> bool:
+    """Plain mlx-lm KV caches (not quantized), already holding the prompt."""
+    return all(type(c).__name__ == "KVCache" and c.keys is not None for c in caches)
+
+
+def tree_arrays(tree: Tree, params, n_streams: int) -> list[mx.array]:
+    """A tree's shape as arrays, what a pass needs besides its tokens: depths (N,), ancestors
+    (N, N) and, with streams, the MSA rows' view of the N nodes (R, N) and of the stream rows
+    (R, N*g), R = N + N*g."""
+    anc = tree.ancestors()
+    arrays = [mx.array(tree.depths), mx.array(anc)]
+    if params is None:
+        return arrays
+    full = msa_mask(anc, 0, n_streams, params.config.mode == "shared")  # (R, N + N*g)
+    n = len(tree)
+    return arrays + [mx.array(full[:, :n]), mx.array(full[:, n:])]
+
+
+def _buffer_mask(offset: mx.array, cap: int, cols: mx.array) -> mx.array:
+    """(R, cap): the prefix before `offset`, then this pass's N rows as `cols` (R, N) says."""
+    n = cols.shape[1]
+    rel = mx.arange(cap) - offset  # (cap,)
+    inside = (rel >= 0) & (rel < n)
+    seen = mx.take(cols, mx.clip(rel, 0, n - 1), axis=1)  # (R, cap)
+    return (rel < 0)[None] | (inside[None] & seen)
+
+
+@dataclass
+class StepShape:
+    """A static tree for `Passes.step`: its shape as arrays, made once per generation."""
+
+    tree: Tree
+    depth: int  # the tree's depth
+    arrays: list[mx.array]  # tree_arrays
+    static: list[mx.array]  # gather, parents, paths (policy.StaticShape)
+
+    @classmethod
+    def of(cls, shape: StaticShape, params, n_streams: int) -> StepShape:
+        static = [mx.array(shape.gather), mx.array(shape.parents), mx.array(shape.paths)]
+        return cls(shape.tree, shape.depth, tree_arrays(shape.tree, params, n_streams), static)
+
+
+class Passes:
+    """The passes of one model (with one StreamParams, or none: the model alone), compiled or
+    eager, traces kept by shape. Owned by a decoding session, reused across generations."""
+
+    def __init__(self, arch: Arch, params=None, compiled: bool = True):
+        self.arch, self.params, self.compiled = arch, params, compiled
+        self._fns: dict[tuple, object] = {}
+
+    def logits(self, tree: Tree, caches: list, n_streams: int = 0, heads: str = "main"):
+        """Run `tree` (every node kept) at the caches' offset, for the host to read: returns
+        (main logits (N, V), stream logits (N, g, V) for heads="one", stream hidden (N, g, d)
+        for "split", None for "main"). The caches hold the N new rows after it."""
+        offset = caches[0].offset
+        cap = reserve(caches, offset + len(tree))
+        key = ("logits", len(tree), n_streams, heads, cap)
+        fn = self._fn(key, lambda: self._logits_fn(n_streams, heads))
+        shape = tree_arrays(tree, self.params, n_streams)
+        main, extra, *states = fn(mx.array(tree.tokens), mx.array(offset), shape, *_states(caches))
+        _put(caches, states)
+        for cache in caches:
+            cache.offset = offset + len(tree)
+        return main, extra
+
+    def next_logits(self, shape: StepShape, state, n_streams: int) -> mx.array:
+        """Plain decoding's pass from `state` (root and offset: arrays, maybe still lazy): the
+        (V,) logits after the root; the offset moves on by one."""
+        cap = reserve(state.caches, state.bound + 1)
+        key = ("logits", 1, n_streams, "main", cap)
+        fn = self._fn(key, lambda: self._logits_fn(n_streams, "main"))
+        inputs = [state.root.reshape(1), state.offset, shape.arrays]
+        main, _, *states = fn(*inputs, *_states(state.caches))
+        _put(state.caches, states)
+        state.offset = state.offset + 1
+        state.bound += 1
+        return main[0]
+
+    def step(self, shape: StepShape, state, n_streams: int, draft: tuple[int, int]):
+        """One greedy pass of a static tree from `state` (root, drafts, offset: arrays, maybe
+        still lazy; caches), accepted on the device. `draft` = (streams, top_k) drafted from
+        the accepted node. Returns (tokens (D + 1,), count): the accepted path's tokens and the
+        correction, the first `count` valid. `state` is advanced in place, lazily."""
+        cap = reserve(state.caches, state.bound + len(shape.tree))
+        key = ("step", len(shape.tree), shape.depth, n_streams, draft, cap)
+        fn = self._fn(key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft))
+        inputs = [state.root, state.drafts, state.offset, shape.arrays, shape.static]
+        tokens, count, state.root, state.drafts, state.offset, *states = fn(
+            *inputs, *_states(state.caches)
+        )
+        _put(state.caches, states)
+        state.bound += shape.depth + 1
+        return tokens, count
+
+    def _fn(self, key: tuple, make):
+        fn = self._fns.pop(key, None)
+        if fn is None:
+            fn = mx.compile(make()) if self.compiled else make()
+        self._fns[key] = fn  # most recently used last
+        while len(self._fns) > MAX_TRACES:
+            self._fns.pop(next(iter(self._fns)))
+        return fn
+
+    def _forward(self, tokens, offset, shape: list, states: list, n_streams: int):
+        """Every layer over the N tokens: (main rows' normed hidden (N, d), stream rows' hidden
+        (N, g, d) or None, the new KV buffers)."""
+        arch, params = self.arch, self.params
+        n_layers, n = len(arch.layers), tokens.shape[0]
+        n_low = n_layers if params is None else n_layers - params.config.n_msa_layers
+        keys, values = states[:n_layers], states[n_layers:]
+        caches = [_BufferCache(k, v, offset) for k, v in zip(keys, values, strict=True)]
+        cap = keys[0].shape[2]
+        depths, anc = shape[0], shape[1]
+        h = arch.embed(tokens[None])  # (1, N, d)
+        with arch.positions(depths + offset):
+            for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
+                h = layer(h, _buffer_mask(offset, cap, anc), cache)
+        streams = None
+        if params is not None:
+            mask = mx.concatenate([_buffer_mask(offset, cap, shape[2]), shape[3]], axis=1)
+            x = msa_layers(arch, params, h, depths, None, caches, offset, n_streams, mask=mask)
+            h, streams = x[:, :n], x[0, n:].reshape(n, n_streams, -1)
+        new_states = [c.keys for c in caches] + [c.values for c in caches]
+        return arch.norm(h[0]), streams, new_states
+
+    def _heads(self, main, streams, stream_rows: bool):
+        """Main logits (N, V) and, with stream_rows, stream logits (N, g, V) from one head pass
+        (the head's weights read once: the pass is memory-bound on a CPU)."""
+        arch = self.arch
+        if not stream_rows:
+            return arch.lm_head(main), None
+        n, g = streams.shape[0], streams.shape[1]
+        rows = mx.concatenate([main, arch.norm(streams.reshape(n * g, -1))])
+        logits = arch.lm_head(rows)  # (N(1+g), V)
+        return logits[:n], logits[n:].reshape(n, g, -1)
+
+    def _logits_fn(self, n_streams: int, heads: str):
+        def run(tokens, offset, shape, *states):
+            main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
+            main_logits, stream_logits = self._heads(main, streams, heads == "one")
+            extra = stream_logits if heads == "one" else streams if heads == "split" else None
+            return main_logits, extra, *new_states
+
+        return run
+
+    def _step_fn(self, n: int, depth: int, n_streams: int, draft: tuple[int, int]):
+        arch = self.arch
+        draft_depth, k = draft
+
+        def run(root, drafts, offset, shape, static, *states):
+            gather, parents, paths = static
+            tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
+            main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
+            one_pass = draft_depth > 0 and n * (1 + n_streams) <= ONE_HEAD_PASS_ROWS
+            main_logits, stream_logits = self._heads(main, streams, one_pass)
+            greedy = mx.argmax(main_logits, axis=-1)  # (N,)
+            best, count = _accept(tokens, greedy, shape[1], shape[0], parents)
+            path = paths[best]  # (D + 1,) root first, padded with `best`
+            ahead = mx.concatenate([path[1:], path[-1:]])
+            out = mx.where(mx.arange(depth + 1) == count - 1, greedy[best], tokens[ahead])
+            new_states = [_compact(x, offset, path) for x in new_states]
+            if draft_depth > 0:
+                if one_pass:
+                    at_best = stream_logits[best, :draft_depth]  # (depth, V)
+                else:
+                    at_best = arch.lm_head(arch.norm(streams[best, :draft_depth]))
+                drafts = top_k_ids(at_best, k)  # (depth, k)
+            return out, count, greedy[best], drafts, offset + count, *new_states
+
+        return run
+
+
+def _accept(tokens, greedy, anc, depths, parents):
+    """Greedy acceptance on the device: a node is accepted when every node on its path equals
+    its parent's greedy token; the deepest accepted node is unique (siblings differ). Returns
+    it and the number of tokens decided (its depth + 1)."""
+    match = (tokens == greedy[parents]) | (mx.arange(tokens.shape[0]) == 0)  # (N,)
+    accepted = mx.all(match[None, :] | ~anc, axis=1)  # (N,)
+    best = mx.argmax(mx.where(accepted, depths, -1))
+    return best, depths[best] + 1
+
+
+def _compact(buffer: mx.array, offset: mx.array, path: mx.array) -> mx.array:
+    """Rows offset + path moved to offset, offset + 1, ... (the accepted path kept in place)."""
+    rows = mx.take(buffer, offset + path, axis=2)
+    return mx.slice_update(buffer, rows, offset[None], axes=(2,))
+
+
+def top_k_ids(logits: mx.array, k: int) -> mx.array:
+    """(..., V) logits -> (..., k) best token ids per row, best first (argpartition: O(V))."""
+    if k == 1:
+        return mx.argmax(logits, axis=-1, keepdims=True)
+    top = mx.argpartition(-logits, k - 1, axis=-1)[..., :k]  # unordered
+    order = mx.argsort(-mx.take_along_axis(logits, top, axis=-1), axis=-1)
+    return mx.take_along_axis(top, order, axis=-1)
+
+
+def _states(caches: list) -> list[mx.array]:
+    return [c.keys for c in caches] + [c.values for c in caches]
+
+
+def _put(caches: list, states: list) -> None:
+    k = len(caches)
+    for i, cache in enumerate(caches):
+        cache.keys, cache.values = states[i], states[k + i]

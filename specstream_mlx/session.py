@@ -1,0 +1,154 @@
+"""Which decoder runs: each named decoder is a row of a table (what drafts), resolved once per
+generation against the model, its active adapter and this device's calibration into a
+decoding.loop.Decoder, and reported as what actually runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .backend import device_name
+from .calibration import latency_curve, tuned
+from .decoding.lookup import LookupConfig, lookup_draft
+from .decoding.loop import Decoder, Drafter, DraftOverride
+from .decoding.passes import Passes
+from .decoding.policy import TreePolicy
+from .decoding.tree import Tree, draft_tree
+from .errors import SpecstreamError
+from .models.arch import SUPPORTED, arch_of
+from .sampling import SamplingParams
+from .streams.config import StreamConfig
+from .streams.params import StreamParams
+
+
+@dataclass(frozen=True)
+class Row:
+    streams: bool  # the streams draft
+    lookup: bool  # prompt lookup drafts when the context has a match
+
+
+# decoder name -> what drafts. A shared-mode adapter's streams run under every decoder (its main
+# stream attends to them); they draft only where the row says so.
+DECODERS = {
+    "ar": Row(streams=False, lookup=False),
+    "ss": Row(streams=True, lookup=False),
+    "pld": Row(streams=False, lookup=True),
+    "ss+pld": Row(streams=True, lookup=True),
+}
+TREE_CHOICES = ("auto", "adapter")
+
+
+@dataclass
+class Options:
+    """How to decode, as `stream_generate` was asked."""
+
+    decoder: str = "ar"
+    streams: StreamParams | None = None  # default: the loaded model's (or untrained ones)
+    tree: str = "auto"  # "auto": the tree calibrated for this device; "adapter": the streams'
+    compile: bool | None = None  # None: as this device's calibration measured faster
+    kv_bits: int | None = None
+    drafter: Drafter | None = None  # drafts from elsewhere (Medusa heads) for "pld"
+    draft_override: DraftOverride | None = None  # test hook: the streams' proposals
+
+    def validate(self) -> Options:
+        if self.tree not in TREE_CHOICES:
+            raise SpecstreamError(
+                f"tree must be one of {', '.join(TREE_CHOICES)}, got {self.tree!r}"
+            )
+        if self.decoder not in DECODERS:
+            raise SpecstreamError(
+                f"decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}"
+            )
+        if self.kv_bits not in (None, 4, 8):
+            raise SpecstreamError(f"kv_bits must be 4 or 8 (or None), got {self.kv_bits}")
+        return self
+
+
+@dataclass
+class Resolved:
+    decoder: Decoder
+    ran: str  # the decoder that actually runs (a lossless "ss" whose best tree is empty: "ar")
+    tree: dict | None  # the draft tree and where it came from (speculative decoders)
+
+
+def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
+    """The Decoder for one generation with `loaded` (and the adapter on it)."""
+    row = DECODERS[opts.decoder]
+    shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
+    streams = loaded.streams if shared else None
+    policy, tree, ran = TreePolicy(), None, opts.decoder
+    if row.streams:
+        streams = opts.streams or default_streams(loaded)
+        policy, tree = _policy(loaded, streams, opts, sampling)
+        if policy.depth == 0:  # no tree beats one token per pass here: nothing is drafted
+            ran = "pld" if row.lookup else "ar"
+            if not shared:  # lossless streams would only cost time
+                streams = None
+    drafter = opts.drafter
+    if drafter is not None and shared:
+        raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
+    if drafter is None and row.lookup:
+        drafter = lookup_drafter(LookupConfig())
+    supported = loaded.config["model_type"] in SUPPORTED
+    if not supported and (row.streams or row.lookup or drafter is not None or shared):
+        arch_of(loaded.model, loaded.config["model_type"])  # raises the clear error
+    arch = arch_of(loaded.model, loaded.config["model_type"]) if supported else None
+    compiled = _compile_default(loaded) if opts.compile is None else opts.compile
+    passes = (
+        passes_for(loaded, arch, streams, compiled) if supported and opts.drafter is None else None
+    )
+    dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
+    dec.override = opts.draft_override
+    return Resolved(dec, ran, tree)
+
+
+def lookup_drafter(config: LookupConfig) -> Drafter:
+    """Prompt lookup as a drafter: the chain that followed the context's last n-gram before."""
+
+    def draft(history: list[int], _hidden) -> Tree:
+        return draft_tree(history[-1], [[t] for t in lookup_draft(history, config)])
+
+    return draft
+
+
+def default_streams(loaded, config=None) -> StreamParams:
+    """Untrained streams for `loaded`, made once and kept on it."""
+    if loaded.streams is None:
+        config = (config or StreamConfig()).validate(loaded.config["num_hidden_layers"])
+        loaded.streams = StreamParams(config, loaded.config["hidden_size"])
+        mx.eval(loaded.streams.parameters())
+    return loaded.streams
+
+
+def passes_for(loaded, arch, streams: StreamParams | None, compiled: bool) -> Passes:
+    """The passes of `loaded` with `streams`, kept on `loaded` so traces outlive a generation."""
+    key = (id(streams), compiled)
+    passes = loaded.passes.get(key)
+    if passes is None or passes.params is not streams or passes.arch.embed is not arch.embed:
+        passes = loaded.passes[key] = Passes(arch, streams, compiled)
+    return passes
+
+
+def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[TreePolicy, dict]:
+    """The tree the streams draft: calibrated for the device when they carry acceptance
+    statistics (greedy, tree="auto"), their own otherwise."""
+    if opts.tree == "auto" and sampling.greedy and opts.draft_override is None:
+        plan = tuned(loaded, streams)
+        if plan is not None:
+            return TreePolicy.static(plan.paths), {"source": "calibrated", **plan.to_dict()}
+    policy = TreePolicy.of(streams.config)
+    return policy, {
+        "source": "adapter",
+        "top_k": policy.top_k,
+        "max_tree_nodes": policy.max_nodes,
+        "prune_threshold": policy.prune_threshold,
+        "depth": policy.depth,
+    }
+
+
+def _compile_default(loaded) -> bool:
+    curve = latency_curve(loaded, measure=False)  # kept on `loaded` once read
+    if curve is not None:
+        return curve.compiled
+    return not device_name().startswith("cpu")
