@@ -1,4 +1,4 @@
-"""Where a decoding step's time goes, and what compiling it (decoding/compiled.py) changes.
+"""Where a decoding step's time goes, and what compiling it (decoding/passes.py) changes.
 
 1. Components of one eager forward pass for 1 row and for the tree's rows (context 128 tokens
    cached): the whole pass, the LM head, the 7 linear layers of every block, the attention core
@@ -27,10 +27,10 @@ import time
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.decoding.compiled import CompiledPasses  # noqa: E402
-from specstream_mlx.decoding.plain import make_cache  # noqa: E402
+from specstream_mlx.decoding.loop import make_cache  # noqa: E402
+from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.decoding.plan import TreePlan, expected_tokens, sparse_tree  # noqa: E402
-from specstream_mlx.decoding.speculative import _compiled_pass  # noqa: E402
+from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
 from specstream_mlx.decoding.tree_step import tree_forward  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 # isort: on
@@ -106,8 +106,9 @@ def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
     tree = sparse_tree(1, [[5, 6, 7, 8]] * max(plan.depth, 1), plan.paths)
     cfg = params.config
     n_streams = cfg.gamma if cfg.mode == "shared" else max(plan.depth, 1)
-    compiled_plain, compiled_tree = CompiledPasses(arch), CompiledPasses(arch, params)
+    compiled_plain, compiled_tree = Passes(arch), Passes(arch, params)
     token = mx.array([9])
+    root = draft_tree(9, [])
 
     def trimmed(fn):
         def run():
@@ -122,7 +123,7 @@ def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
         mx.eval(loaded.model(token[None], cache=cache)[0, -1].argmax())
 
     def plain_compiled():
-        mx.eval(compiled_plain.next_logits(token, cache).argmax())
+        mx.eval(compiled_plain.logits(root, cache)[0].argmax())
 
     def read(out):
         argmax = mx.argmax(out.main_logits, axis=-1)
@@ -133,10 +134,11 @@ def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
         return argmax.tolist()
 
     def tree_eager():
-        read(tree_forward(arch, params, tree, cache, cache[0].offset, n_streams, True))
+        read(tree_forward(arch, params, tree, cache, n_streams, True))
 
     def tree_compiled():
-        read(_compiled_pass(compiled_tree, tree, cache, n_streams, True))
+        main, stream_logits = compiled_tree.logits(tree, cache, n_streams, "one")
+        mx.eval(mx.argmax(main, -1), mx.argmax(stream_logits, -1))
 
     fns = {
         "plain step, eager": trimmed(plain_eager),
@@ -167,17 +169,17 @@ def generations(loaded, params, rounds: int, max_tokens: int) -> list[dict]:
                 results.append(r)
     rows = []
     reference = runs[("ar", False)][0].token_ids
-    for (decoder, compiled), results in runs.items():
+    for (_, compiled), results in runs.items():
         assert all(r.token_ids == reference for r in results), "outputs differ"
         s = [r.stats for r in results]
         decode = statistics.median(x.wall_seconds - x.prompt_seconds for x in s)
         passes_ = s[0].forward_passes - 1
         rows.append(
             {
-                "decoder": decoder,
+                "decoder": s[0].decoder,
                 "compiled": compiled,
                 "ms_per_pass": round(decode / passes_ * 1000, 1),
-                "tokens_per_second": round((s[0].generated_tokens - 1) / decode, 2),
+                "tokens_per_second": round(statistics.median(x.tokens_per_second for x in s), 2),
                 "tau": round(s[0].mean_accepted_tokens, 3),
             }
         )
@@ -198,7 +200,11 @@ def main() -> None:
     loaded = ss.load(precision=args.precision, adapter=args.adapter)
     loaded.eos_token_ids.clear()  # fixed-length generations
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    params, plan = calibration.tuned(loaded, loaded.streams)
+    plan = calibration.tuned(loaded, loaded.streams)
+    if plan is not None:
+        params = loaded.streams.with_config(
+            tree=plan.paths, top_k=plan.top_k(), max_tree_nodes=plan.nodes, prune_threshold=0.0
+        )
     if plan is None:
         raise SystemExit(f"{args.adapter} has no acceptance statistics (specstream calibrate)")
     if args.paths:

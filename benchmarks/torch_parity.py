@@ -28,7 +28,8 @@ from specstream_convert.torch_streams import (
     speculative_decode,
 )
 
-from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
+from specstream_mlx.decoding.loop import Decoder, decode
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
@@ -77,7 +78,8 @@ def main() -> None:
         out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
         arch = arch_of(loaded.model, loaded.config["model_type"])
         start = time.perf_counter()
-        m_steps = list(mlx_decode(loaded.model, arch, params, prompt, args.max_tokens))
+        dec = Decoder(loaded.model, arch, params, TreePolicy.of(params.config))
+        m_steps = list(decode(dec, prompt, args.max_tokens))
         mlx_s = time.perf_counter() - start
         start = time.perf_counter()
         t_steps = list(speculative_decode(base.model, streams, prompt, args.max_tokens))

@@ -7,9 +7,8 @@ import numpy as np
 import torch
 
 from specstream_mlx.decoding import tree_step
-from specstream_mlx.decoding.plain import make_cache
-from specstream_mlx.decoding.speculative import _prefill
-from specstream_mlx.decoding.speculative import speculative_decode as mlx_decode
+from specstream_mlx.decoding.loop import Decoder, decode, prefilled
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import Tree
 from specstream_mlx.models.arch import arch_of
 
@@ -20,12 +19,9 @@ def one_tree_step(loaded, params, base, streams, prompt: list[int], tree: Tree):
     """One tree step after the same prefill: (MLX TreeOutput, torch survivors, torch main
     logits (M, V), torch stream logits (M, gamma, V)) as numpy for torch."""
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    caches = make_cache(loaded.model)
-    if params.config.mode == "shared" and params.config.prompt_streams:
-        tree_step.prefill_with_streams(arch, params, prompt[:-1], caches, 512)
-    else:
-        _prefill(loaded.model, prompt[:-1], caches)
-    out = tree_step.tree_forward(arch, params, tree, caches, caches[0].offset)
+    caches = prefilled(Decoder(loaded.model, arch, params), prompt).caches
+    prune = TreePolicy.of(params.config)
+    out = tree_step.tree_forward(arch, params, tree, caches, prune=prune)
     view = View(base.model)
     torch_caches = [LayerCache() for _ in view.layers]
     with torch.inference_mode():
@@ -37,7 +33,7 @@ def one_tree_step(loaded, params, base, streams, prompt: list[int], tree: Tree):
 def decode_both(loaded, params, base, streams, prompt: list[int], n: int, **kw):
     """Greedy speculative decoding of `n` tokens in each runtime: (MLX steps, torch steps)."""
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    m = list(mlx_decode(loaded.model, arch, params, prompt, n))
+    m = list(decode(Decoder(loaded.model, arch, params, TreePolicy.of(params.config)), prompt, n))
     t = list(speculative_decode(base.model, streams, prompt, n, **kw))
     return m, t
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from . import backend
+from .backend import device_name, preload_blas
 from .decoding.loop import Decoder, decode, make_cache
 from .decoding.passes import Passes, compilable
 from .decoding.plan import Acceptance, TreePlan, choose_tree
@@ -37,7 +37,8 @@ from .models.loader import LoadedModel, cache_dir
 from .streams.config import StreamConfig
 from .streams.params import StreamParams
 
-CURVE_VERSION = 4
+# 5: loop costs of the one decoding loop (passes settled on the device, pipelined)
+CURVE_VERSION = 5
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
 # Row counts whose forward pass costs more than this many 1-row passes are not timed (no tree
@@ -136,14 +137,14 @@ def curve_key(loaded: LoadedModel) -> str:
     from .streams.lora import current_lora
 
     parts = {
-        "device": backend.device_name(),
+        "device": device_name(),
         "machine": machine_id(),
         "lora": current_lora(loaded.model),
         "model": loaded.name,
         "fingerprint": base_fingerprint(loaded),
         "precision": loaded.precision,
         "mlx": mx.__version__,
-        "blas": backend.preload_blas().library if mx.default_device() == mx.cpu else None,
+        "blas": preload_blas().library if mx.default_device() == mx.cpu else None,
         "version": CURVE_VERSION,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
@@ -235,7 +236,7 @@ def measure_curve(
     total = np.maximum.accumulate([timed[r] for r in rows])
     layer = np.maximum.accumulate(np.maximum(total - head, 0.0) / n_layers)
     curve = LatencyCurve(
-        backend.device_name(),
+        device_name(),
         loaded.name,
         loaded.precision,
         curve_key(loaded),

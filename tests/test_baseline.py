@@ -12,9 +12,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.tuner.utils import load_adapters
 
 import specstream_mlx as ss
-from specstream_mlx.streams.adapter_io import load_adapter
+from specstream_mlx.streams.adapter_io import attach, load_adapter
 from specstream_mlx.streams.config import StreamConfig
-from specstream_mlx.streams.lora import has_lora, lora_weights
 from specstream_mlx.streams.params import StreamParams
 
 
@@ -79,7 +78,7 @@ def test_baseline_trains_lora_only_and_lowers_the_loss(baseline, tiny_folders):
 def test_baseline_loads_here_and_in_mlx_lm_with_the_same_outputs(baseline, tiny_folders):
     folder = baseline[0]
     ours = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
-    assert ours.streams is None and has_lora(ours.model)
+    assert ours.streams is None and ours.fused is not None  # fused into the float weights
     theirs = ss.load(str(tiny_folders["llama"]))
     plain = ss.generate(theirs, "count from 4", max_tokens=12).token_ids
     load_adapters(theirs.model, str(folder))  # mlx-lm's own reader
@@ -97,13 +96,23 @@ def test_baseline_loads_here_and_in_mlx_lm_with_the_same_outputs(baseline, tiny_
 
 
 def test_baseline_never_changes_the_base_weights(baseline, tiny_folders):
+    """Fused LoRA keeps the untouched base weights and puts them back, bit for bit."""
     fresh = ss.load(str(tiny_folders["llama"]))
     base = dict(tree_flatten(fresh.model.parameters()))
     tuned = ss.load(str(tiny_folders["llama"]), adapter=str(baseline[0]))
+    fused = dict(tree_flatten(tuned.model.parameters()))
+    kept = tuned.fused.base
+    assert kept and all(
+        np.array_equal(np.array(base[k + ".weight"]), np.array(w)) for k, w in kept.items()
+    )
+    assert not np.array_equal(
+        np.array(fused[next(iter(kept)) + ".weight"]), np.array(next(iter(kept.values())))
+    )
+    attach(None, tuned)
     after = dict(tree_flatten(tuned.model.parameters()))
+    assert after.keys() == base.keys()
     for name, value in base.items():
-        moved = name.replace("_proj.", "_proj.linear.")
-        assert np.array_equal(np.array(value), np.array(after[moved if moved in after else name]))
+        assert np.array_equal(np.array(value), np.array(after[name])), name
 
 
 def test_foreign_lora_folders_are_refused_before_the_model_changes(
@@ -111,7 +120,7 @@ def test_foreign_lora_folders_are_refused_before_the_model_changes(
 ):
     folder = baseline[0]
     loaded = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
-    before = {k: np.array(v) for k, v in lora_weights(loaded.model).items()}
+    before = {k: np.array(v) for k, v in tree_flatten(loaded.model.parameters())}
     config = json.loads((folder / "adapter_config.json").read_text())
     partial = tmp_path / "partial"
     partial.mkdir()
@@ -123,7 +132,7 @@ def test_foreign_lora_folders_are_refused_before_the_model_changes(
     (partial / "adapter_config.json").write_text(json.dumps(wrong))
     with pytest.raises(ss.SpecstreamError, match="does not fit.*expected"):
         load_adapter(partial, loaded)
-    after = lora_weights(loaded.model)
+    after = dict(tree_flatten(loaded.model.parameters()))  # the fused weights, unchanged
     assert set(after) == set(before)
     assert all(np.array_equal(before[k], np.array(after[k])) for k in before)
 

@@ -104,3 +104,26 @@ def test_stored_precision_keeps_gguf_quantization(default_model):
     ids = mx.array(encode_prompt(default_model, "What is the capital of France?"))[None]
     quantized_next = mx.argmax(stored.model(ids)[0, -1]).item()
     assert quantized_next == GOLDEN_IDS[0]
+
+
+@pytest.mark.parametrize("tree", [None, ((0,), (1,), (0, 0))])
+def test_shipped_chat_streams_draft_and_stay_exact(default_model, tree):
+    """The trained `chat` streams on the real model with their own tree (host-settled, pruned)
+    and with a static tree (settled on the device): the output is plain decoding's, and the
+    streams drafted: some pass decided more than one token."""
+    from specstream_mlx.manager import AdapterManager
+
+    manager = AdapterManager(default_model)
+    prompt = "Explain in three sentences why the sky is blue."
+    try:
+        with manager.use("chat") as loaded:
+            plain = ss.generate(loaded, prompt, max_tokens=40)
+            streams = loaded.streams if tree is None else loaded.streams.with_config(tree=tree)
+            spec = ss.generate(
+                loaded, prompt, max_tokens=40, decoder="ss", streams=streams, tree="adapter"
+            )
+    finally:
+        manager.activate(None)
+    assert spec.stats.decoder == "ss"
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.accepted_tokens > spec.stats.forward_passes

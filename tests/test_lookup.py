@@ -8,12 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specstream_mlx as ss
-from specstream_mlx.decoding import speculative
+from specstream_mlx.decoding import loop
 from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
+from specstream_mlx.session import lookup_drafter
 
 from .test_shared import shared_streams
 from .test_speculative import streams_for
@@ -161,11 +163,11 @@ def test_lookup_match_replaces_the_stream_draft(
         trees.append(tree.tokens)
         return tree_forward(arch, params, tree, *args)
 
-    monkeypatch.setattr(speculative, "tree_forward", recording)
+    monkeypatch.setattr(loop, "tree_forward", recording)
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    steps = list(
-        speculative.speculative_decode(loaded.model, arch, params, prompt_ids, 6, lookup=lookup)
-    )
+    drafter = None if lookup is None else lookup_drafter(lookup)
+    dec = loop.Decoder(loaded.model, arch, params, TreePolicy.of(params.config), drafter)
+    steps = list(loop.decode(dec, prompt_ids, 6))
     assert trees[0] == first_tree
     assert steps[0].tree_nodes_kept == len(first_tree)  # a lookup chain is not cut to 2 nodes
     # Without a match the draft is the streams' (their 2-node cap), with one the lookup's chain.

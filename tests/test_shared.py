@@ -164,7 +164,7 @@ def test_shared_training_trains_lora_and_streams_only(tiny_folders, tmp_path):
         assert not np.array_equal(value, np.array(streams_after[name])), name
     folder = save_adapter(tmp_path / "shared", params, loaded)
     fresh = ss.load(str(tiny_folders["llama"]), adapter=str(folder))
-    assert has_lora(fresh.model) and fresh.streams.config.mode == "shared"
+    assert fresh.fused is not None and fresh.streams.config.mode == "shared"  # LoRA fused
     prompt = "n 3"
     want = ss.generate(loaded_with(loaded, params), prompt, max_tokens=10).token_ids
     assert ss.generate(fresh, prompt, max_tokens=10).token_ids == want

@@ -13,7 +13,8 @@ from mlx_lm.models.cache import make_prompt_cache
 
 import specstream_mlx as ss
 from specstream_mlx.decoding import tree_step
-from specstream_mlx.decoding.speculative import speculative_decode
+from specstream_mlx.decoding.loop import Decoder, decode
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
@@ -115,7 +116,7 @@ def test_every_node_logits_equal_its_path_run_causally(tiny_models, cap):
     caches = make_prompt_cache(loaded.model)
     loaded.model(mx.array(prefix)[None], cache=caches)
     tree = draft_tree(60, [[70, 71], [80, 81], [90, 91]])
-    out = tree_forward(arch, params, tree, caches, len(prefix))
+    out = tree_forward(arch, params, tree, caches, prune=TreePolicy.of(params.config))
     assert len(out.survivors) == min(cap, len(tree))
     for m, node in enumerate(out.survivors):
         diff = mx.abs(out.main_logits[m] - path_logits(loaded, prefix, tree, node)).max().item()
@@ -124,7 +125,9 @@ def test_every_node_logits_equal_its_path_run_causally(tiny_models, cap):
 
 def run_steps(loaded, params, prompt_ids, max_tokens, override=None):
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    return speculative_decode(loaded.model, arch, params, prompt_ids, max_tokens, override)
+    policy = TreePolicy.of(params.config)
+    dec = Decoder(loaded.model, arch, params, policy, override=override)
+    return decode(dec, prompt_ids, max_tokens)
 
 
 def test_compacted_cache_equals_plain_cache_and_streams_store_nothing(tiny_models, monkeypatch):
@@ -132,7 +135,7 @@ def test_compacted_cache_equals_plain_cache_and_streams_store_nothing(tiny_model
     params = streams_for(loaded, 3, gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=10)
     prompt = encode_prompt(loaded, "compaction check")
     seen = {}
-    import specstream_mlx.decoding.speculative as spec_mod
+    import specstream_mlx.decoding.loop as spec_mod
 
     real_make_cache = spec_mod.make_cache
     monkeypatch.setattr(
@@ -283,7 +286,10 @@ def test_bad_stream_config(tiny_models, config, fragment):
 
 
 def test_top_k_tokens_best_first():
-    from specstream_mlx.decoding.speculative import top_k_tokens
+    from specstream_mlx.decoding.passes import top_k_ids
+
+    def top_k_tokens(logits, k):
+        return top_k_ids(logits, k).tolist()
 
     logits = mx.array([[0.1, 5.0, -1.0, 3.0, 4.0], [9.0, 0.0, 1.0, 2.0, 8.0]])
     assert top_k_tokens(logits, 3) == [[1, 4, 3], [0, 4, 3]]
@@ -322,3 +328,39 @@ def test_unknown_adapter_name_lists_shipped(tiny_models):
     for name in shipped_adapters():  # shipped adapters are for the default model only
         with pytest.raises(ss.SpecstreamError, match="another base model"):
             load_adapter(name, tiny_models["llama"])
+
+
+def test_pruned_tree_keeps_a_non_prefix_path_and_compacts_both_layer_groups(
+    tiny_models, monkeypatch
+):
+    """Pruning keeps nodes 0, 2, 5 of a 7-node tree (not a prefix of the node order) and the
+    truth lies on exactly that path: below the pruning point the caches hold all 7 nodes (rows
+    0, 2, 5 move), above it only the 3 survivors. Every pass after the first accepts 3 tokens
+    and the output stays exact."""
+    loaded = tiny_models["llama"]
+    vocab = loaded.config["vocab_size"]
+    prompt = encode_prompt(loaded, "pruned compaction")
+    saved = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()
+    try:
+        truth = ss.generate(loaded, prompt, max_tokens=40).token_ids
+        params = streams_for(loaded, 5, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=3)
+
+        def oracle(history):  # the truth at rank 1 of stream 1, rank 0 of stream 2
+            done = len(history) - len(prompt)
+            t0, t1 = truth[done], truth[done + 1]
+            return [[(t0 + 1) % vocab, t0], [t1, (t1 + 1) % vocab]]
+
+        def keep(tree, transition, threshold, cap):
+            assert len(tree) == 7  # root, 2 children, 2 grandchildren each
+            return [0, 2, 5]
+
+        monkeypatch.setattr(tree_step, "prune_tree", keep)
+        steps = []
+        for step in run_steps(loaded, params, prompt, 30, oracle):
+            steps.append(step)
+    finally:
+        loaded.eos_token_ids.update(saved)
+    assert [t for s in steps for t in s.tokens] == truth[:30]
+    assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
+    assert all(s.tree_nodes == 7 and s.tree_nodes_kept == 3 for s in steps[1:])

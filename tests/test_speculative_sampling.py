@@ -208,6 +208,7 @@ def plain_distribution(loaded, prompt, sampling, n_tokens):
         ("trained", SamplingParams(0.7, top_k=4), "ss", 3),
         ("trained", SamplingParams(1.0, top_p=0.8, top_k=3), "ss", 3),
         ("trained", SamplingParams(1.0, top_k=3), "ss+pld", 3),
+        ("trained", SamplingParams(1.0, top_k=3), "pld", 3),  # lookup drafts alone
         # 5 tokens: passes that follow a rearranged (k=2 tree) path's cache compaction
         ("trained", SamplingParams(0.7, top_k=2), "ss", 5),
     ],
@@ -233,7 +234,7 @@ def test_speculative_sampling_equals_plain_sampling(
     observed = np.array([counts.get(c, 0) for c in cells])
     assert chi_square_p(observed, np.array([exact[c] for c in cells]) * runs) > P_MIN
     if streams_kind == "trained":
-        assert decided / passes > 1.1  # drafts were accepted
+        assert decided / passes > 1.1  # drafts were accepted (pld: the lookup's)
 
 
 def test_seed_replays_and_greedy_is_unchanged(tiny, trained_streams):

@@ -70,7 +70,7 @@ def test_loss_equals_decoder_computation(tiny):
             cache = make_prompt_cache(tiny.model)
             if p:
                 tiny.model(mx.array(ids[:p])[None], cache=cache)
-            out = tree_forward(arch, params, draft_tree(ids[p], []), cache, p)
+            out = tree_forward(arch, params, draft_tree(ids[p], []), cache)
             logits = arch.lm_head(arch.norm(out.stream_hidden[0, j - 1])).astype(mx.float32)
             nlls.append((mx.logsumexp(logits) - logits[ids[p + 1 + j]]).item())
         assert got.stream_nll[j - 1].item() == pytest.approx(np.mean(nlls), abs=1e-4)

@@ -4,12 +4,15 @@ static sparse trees and compiled passes (both exact against plain greedy decodin
 import json
 import os
 
+import mlx.core as mx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx import calibration
+from specstream_mlx.decoding.loop import Decoder, OnDevice, decode, prefilled
+from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.plan import (
     Acceptance,
     best_paths,
@@ -18,10 +21,11 @@ from specstream_mlx.decoding.plan import (
     ranks_of,
     sparse_tree,
 )
-from specstream_mlx.decoding.speculative import compiled_passes, speculative_decode
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
+from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 
@@ -212,8 +216,7 @@ def test_compiled_passes_cross_a_capacity_bucket(tiny_models):
         loaded.eos_token_ids.update(saved)
     assert len(prompt) + 300 > 256
     assert spec.token_ids == eager.token_ids == plain.token_ids
-    arch = arch_of(loaded.model, loaded.config["model_type"])
-    capacities = {key[2] for key in compiled_passes(arch, params)._fns}
+    capacities = {key[-1] for passes in loaded.passes.values() for key in passes._fns}
     assert {256, 512} <= capacities
 
 
@@ -251,16 +254,50 @@ def test_oracle_on_a_static_tree_accepts_its_path(tiny_models, family, paths, pr
             done = len(history) - len(prompt)
             return proposals([truth[done + j] if done + j < len(truth) else 0 for j in range(2)])
 
-        for compiled in (False, True):
-            steps = list(
-                speculative_decode(
-                    loaded.model, arch, params, prompt, 30, oracle, compiled=compiled
-                )
-            )
+        policy = TreePolicy.of(params.config)
+        for passes in (None, Passes(arch, params, False), Passes(arch, params, True)):
+            dec = Decoder(loaded.model, arch, params, policy, passes=passes, override=oracle)
+            steps = list(decode(dec, prompt, 30))
             assert [t for s in steps for t in s.tokens] == truth
             assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
     finally:
         loaded.eos_token_ids.update(saved)
+
+
+@pytest.mark.parametrize(
+    "family, paths, proposals",
+    [("phi3", ((0,), (1,), (1, 0)), later_sibling), ("qwen2", ((1,), (1, 1)), second_best)],
+)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_device_acceptance_keeps_the_oracle_path(tiny_models, family, paths, proposals, compiled):
+    """Passes settled on the device (acceptance, compaction, the next offset all arrays): with
+    the true tokens drafted where `paths` expects them, every pass accepts two drafted tokens
+    and the correction, the rows move in the buffers, and the output stays exact."""
+    loaded = tiny_models[family]
+    prompt = encode_prompt(loaded, "oracle tree")
+    saved = set(loaded.eos_token_ids)
+    loaded.eos_token_ids.clear()
+    try:
+        truth = ss.generate(loaded, prompt, max_tokens=40).token_ids
+    finally:
+        loaded.eos_token_ids.update(saved)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
+    passes = Passes(arch, params, compiled)
+    dec = Decoder(loaded.model, arch, params, TreePolicy.static(paths), passes=passes)
+    state = prefilled(dec, prompt)
+    run = OnDevice(dec, state, SamplingParams())
+    decided, lengths = [], []
+    while len(decided) < 30:
+        if decided:  # the oracle's draft in place of the streams'
+            truth_ahead = [truth[len(decided) + j] for j in range(2)]
+            state.drafts = mx.array(proposals(truth_ahead), dtype=mx.uint32)
+        step = run.settle(run.issue())
+        decided += step.tokens
+        lengths.append(len(step.tokens))
+    assert decided == truth[: len(decided)]
+    assert lengths[1:] == [3] * (len(lengths) - 1)
+    assert state.bound == len(prompt) - 1 + len(decided) == state.offset.item()
 
 
 # ---- latency curve, its cache, and the default tree choice ----
@@ -397,7 +434,6 @@ def test_calibrate_refuses_acceptance_without_adapter(tiny_folders, capsys):
 def test_training_validation_counts_rank_paths():
     """Stream 1's target is always its best token, stream 2's its third best: the statistics
     the trainer saves say so."""
-    import mlx.core as mx
 
     from specstream_mlx.training.data import Example
     from specstream_mlx.training.trainer import validate

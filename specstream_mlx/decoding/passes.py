@@ -23,7 +23,7 @@ import mlx.core as mx
 from ..models.arch import Arch
 from .policy import StaticShape
 from .tree import Tree, msa_mask
-from .tree_step import ONE_HEAD_PASS_ROWS, msa_layers
+from .tree_step import ONE_HEAD_PASS_ROWS, MsaRows, msa_layers
 
 CAPACITY_STEP = 256
 MAX_TRACES = 48  # traces kept per Passes, least recently used dropped
@@ -184,7 +184,7 @@ class Passes:
         streams = None
         if params is not None:
             mask = mx.concatenate([_buffer_mask(offset, cap, shape[2]), shape[3]], axis=1)
-            x = msa_layers(arch, params, h, depths, None, caches, offset, n_streams, mask=mask)
+            x = msa_layers(arch, params, h, MsaRows(depths, offset, mask), caches, n_streams)
             h, streams = x[:, :n], x[0, n:].reshape(n, n_streams, -1)
         new_states = [c.keys for c in caches] + [c.values for c in caches]
         return arch.norm(h[0]), streams, new_states

@@ -11,117 +11,19 @@ tree then picks N and the depth (`choose_tree`).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..errors import SpecstreamError
+from ..streams.acceptance import ACCEPTANCE_FILE, PROBE_TOP_K, Acceptance, Path_, ranks_of
 from .tree import Tree
 
-Path_ = tuple[int, ...]
-PROBE_TOP_K = 8  # ranks counted per stream; a target outside the top 8 ends its path
+__all__ = ["ACCEPTANCE_FILE", "PROBE_TOP_K", "Acceptance", "ranks_of", "choose_tree", "sparse_tree"]
+
 MAX_PLAN_NODES = 64  # drafted nodes, root excluded
 # A tree must promise this much over one token per pass: below it, timing noise (about 5-10%
 # between runs on a shared machine) could make the "faster" tree the slower one.
 MIN_GAIN = 1.03
-ACCEPTANCE_FILE = "acceptance.json"
-
-
-@dataclass
-class Acceptance:
-    """How often the targets of gamma streams sat at each rank path, over `positions` positions.
-
-    counts[(i1, ..., ij)] = positions where stream 1's target was its i1-th best token, ..., stream
-    j's its ij-th best (ranks from 0, below PROBE_TOP_K)."""
-
-    gamma: int
-    positions: int
-    counts: dict[Path_, int]
-    source: str = ""
-
-    @classmethod
-    def from_ranks(cls, ranks: Sequence[Sequence[int]], gamma: int, source: str = ""):
-        """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted)."""
-        counts: dict[Path_, int] = {}
-        for row in ranks:
-            path: Path_ = ()
-            for rank in list(row)[:gamma]:
-                if rank >= PROBE_TOP_K:
-                    break
-                path += (int(rank),)
-                counts[path] = counts.get(path, 0) + 1
-        return cls(gamma, len(ranks), counts, source)
-
-    def probability(self, path: Path_) -> float:
-        return self.counts.get(path, 0) / self.positions if self.positions else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "format_version": 1,
-            "gamma": self.gamma,
-            "top_k": PROBE_TOP_K,
-            "positions": self.positions,
-            "source": self.source,
-            "counts": {".".join(map(str, p)): n for p, n in sorted(self.counts.items())},
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Acceptance:
-        try:
-            counts = {
-                tuple(int(r) for r in k.split(".")): int(v) for k, v in data["counts"].items()
-            }
-            out = cls(
-                int(data["gamma"]), int(data["positions"]), counts, str(data.get("source", ""))
-            )
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            raise SpecstreamError(f"bad acceptance statistics: {exc!r}") from None
-
-        def fits(p: Path_) -> bool:
-            parent = out.positions if len(p) == 1 else counts.get(p[:-1], -1)
-            return len(p) <= out.gamma and min(p) >= 0 and 0 <= counts[p] <= parent
-
-        if out.positions < 0 or not all(fits(p) for p in counts):
-            raise SpecstreamError(
-                "bad acceptance statistics: a path deeper than gamma, a negative rank or count, "
-                "or a path counted more often than its parent"
-            )
-        return out
-
-    @classmethod
-    def read(cls, folder: Path) -> Acceptance | None:
-        """The folder's acceptance.json, or None when it has none."""
-        path = Path(folder) / ACCEPTANCE_FILE
-        if not path.is_file():
-            return None
-        try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError) as exc:
-            raise SpecstreamError(f"unreadable {path}: {exc}") from None
-
-    def merged(self, other: Acceptance) -> Acceptance:
-        counts = dict(self.counts)
-        for p, n in other.counts.items():
-            counts[p] = counts.get(p, 0) + n
-        return Acceptance(self.gamma, self.positions + other.positions, counts, self.source)
-
-
-def ranks_of(history: Sequence[int], probes: Sequence[tuple[int, list[list[int]]]]) -> list:
-    """Rank rows from a greedy decode: each probe is (h, top) where top[j] lists stream j's best
-    tokens proposed when the context held h tokens, so stream j's target is history[h + j].
-    Probes whose targets are not all known yet are skipped."""
-    rows = []
-    for h, top in probes:
-        if h + len(top) > len(history):
-            continue
-        row = []
-        for j, best in enumerate(top):
-            target = history[h + j]
-            row.append(best.index(target) if target in best else PROBE_TOP_K)
-        rows.append(row)
-    return rows
 
 
 @dataclass(frozen=True)

@@ -63,37 +63,48 @@ def _lower_layers(arch: Arch, n_low: int, tree: Tree, caches: list, prefix: int)
     return h
 
 
+@dataclass
+class MsaRows:
+    """Where the MSA layers' rows sit: the M nodes' depths (M,), the cached prefix length (an
+    int, or an array inside compiled passes), the nodes whose streams run (default: all) and
+    the attention mask over prefix | M main | streams columns."""
+
+    depths: mx.array
+    prefix: int | mx.array
+    mask: mx.array
+    stream_nodes: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, depths, anc: np.ndarray, prefix: int, gamma: int, shared: bool, nodes=None):
+        mask = _msa_mask(anc, prefix, gamma, shared, nodes)
+        return cls(depths, prefix, mask, nodes)
+
+
 def msa_layers(
     arch: Arch,
     params: StreamParams,
     main: mx.array,
-    depths: mx.array,
-    anc: np.ndarray,
-    caches: list,
-    prefix: int,
+    rows: MsaRows,
+    caches: list | None,
     n_streams: int | None = None,
-    stream_nodes: np.ndarray | None = None,
-    mask: mx.array | None = None,
 ) -> mx.array:
-    """main (1, M, d) hidden of M nodes at the pruning point, their depths (M,) and ancestors
-    (M, M) -> (1, M + S*g, d): main rows, then the first g = n_streams (default gamma) streams
-    of each of the S nodes in `stream_nodes` (default: all M). Stream j sees only streams 1..j,
-    so fewer streams leave the first ones unchanged; in shared mode the main stream sees them
-    all, so it needs all gamma. Only main rows enter the caches; caches=None runs without any
-    (training). `mask` replaces the one built from `anc` (compiled passes: KV buffers wider
-    than the prefix); `prefix` may then be an array."""
+    """main (1, M, d) hidden of M nodes at the pruning point -> (1, M + S*g, d): main rows,
+    then the first g = n_streams (default gamma) streams of each of the S nodes in
+    `rows.stream_nodes` (default: all M). Stream j sees only streams 1..j, so fewer streams
+    leave the first ones unchanged; in shared mode the main stream sees them all, so it needs
+    all gamma. Only main rows enter the caches; caches=None runs without any (training)."""
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
     if cfg.mode == "shared" and gamma != cfg.gamma:
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
-    nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes, dtype=int)
-    rows = mx.array(nodes)
-    streams = main[0, rows, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
+    nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
+    picked = mx.array(nodes)
+    streams = main[0, picked, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
     x = mx.concatenate([main, streams.reshape(1, len(nodes) * gamma, -1)], axis=1)
-    positions = mx.concatenate([depths, mx.repeat(depths[rows], gamma)]) + prefix
-    if mask is None:
-        mask = _msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes)
+    depths = rows.depths
+    positions = mx.concatenate([depths, mx.repeat(depths[picked], gamma)]) + rows.prefix
+    mask = rows.mask
     with arch.positions(positions):
         for i, layer in enumerate(arch.layers[n_low:]):
             cache = None if caches is None else MainOnlyCache(caches[n_low + i], m)
@@ -149,7 +160,8 @@ def tree_forward(
     kept = mx.array(survivors)
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
     depths = mx.array(tree.depths)[kept]
-    x = msa_layers(arch, params, h[:, kept], depths, anc, caches, prefix, gamma)
+    rows = MsaRows.of(depths, anc, prefix, gamma, cfg.mode == "shared")
+    x = msa_layers(arch, params, h[:, kept], rows, caches, gamma)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
     if stream_logits and m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
@@ -171,5 +183,7 @@ def prefill_with_streams(
         prefix = caches[0].offset
         h = _lower_layers(arch, n_low, chain, caches, prefix)
         depths = mx.array(chain.depths)
-        msa_layers(arch, params, h, depths, chain.ancestors(), caches, prefix)
+        shared = params.config.mode == "shared"
+        rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, shared)
+        msa_layers(arch, params, h, rows, caches)
         mx.eval([c.state for c in caches])

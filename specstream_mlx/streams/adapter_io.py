@@ -14,8 +14,8 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
-from ..decoding.plan import ACCEPTANCE_FILE, Acceptance
 from ..errors import SpecstreamError
+from .acceptance import ACCEPTANCE_FILE, Acceptance
 from .config import StreamConfig
 from .fingerprint import fingerprint
 from .lora import (

@@ -20,7 +20,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from ..decoding.tree_step import _msa_mask, msa_layers
+from ..decoding.tree_step import MsaRows, _msa_mask, msa_layers
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .positions import shared_stream_positions, stream_positions
@@ -180,7 +180,8 @@ def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array, carry: np.nda
     t = ids.shape[0]
     h = lower_hidden(arch, len(arch.layers) - cfg.n_msa_layers, ids)  # (1, T, d)
     chain = np.tril(np.ones((t, t), bool))
-    x = msa_layers(arch, params, h, mx.arange(t), chain, None, 0, stream_nodes=carry)
+    rows = MsaRows.of(mx.arange(t), chain, 0, cfg.gamma, cfg.mode == "shared", carry)
+    x = msa_layers(arch, params, h, rows, None)
     return h[0], x[0, :t], x[0, t:].reshape(len(carry), cfg.gamma, -1)
 
 

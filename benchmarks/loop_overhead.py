@@ -1,0 +1,140 @@
+"""What the decoding loop adds to a forward pass (issue 18's target: a speculative pass of N <= 4
+nodes costs at most 1.05 x plain step x forward(N) / forward(1)).
+
+For N = 1, 2, 3, 4, 8, 16 nodes (the root and N - 1 children drafted by one untrained stream: a
+static star tree) it times, interleaved over rounds, with the prompt's `--context` tokens cached:
+- forward(N): the model alone over N rows, one bare pass (compiled as the loop runs it), waited for;
+- pass(N): the same tree pass with its stream rows (what the loop's verifier runs), waited for;
+- loop(N): ms per pass of decoding.loop with that tree (acceptance, compaction, next draft,
+  reading back: everything), and the plain decoding step (N = 1 without streams).
+
+    ./dev.sh python benchmarks/loop_overhead.py [--model M] [--rounds 5] [--eager] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+# isort: off
+import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder, decode, make_cache  # noqa: E402
+from specstream_mlx.decoding.passes import Passes  # noqa: E402
+from specstream_mlx.decoding.policy import TreePolicy  # noqa: E402
+from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
+from specstream_mlx.models.arch import arch_of  # noqa: E402
+from specstream_mlx.streams.config import StreamConfig  # noqa: E402
+from specstream_mlx.streams.params import StreamParams  # noqa: E402
+# isort: on
+
+NODES = (1, 2, 3, 4, 8, 16)
+STEPS = 12
+
+
+def bare(passes: Passes, model, n: int, context: int, streams: int):
+    """One pass over a star of n nodes after `context` cached tokens, waited for."""
+    caches = make_cache(model)
+    model(mx.arange(context)[None] + 7, cache=caches)
+    mx.eval([c.state for c in caches])
+    tree = draft_tree(5, [list(range(11, 10 + n))]) if n > 1 else draft_tree(5, [])
+
+    def run():
+        main, extra = passes.logits(tree, caches, streams, "one" if streams else "main")
+        mx.eval(main, *([] if extra is None else [extra]))
+        for c in caches:
+            c.offset -= n
+
+    return run
+
+
+def loop(dec: Decoder, context: int, vocab: int):
+    prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
+
+    def run():
+        steps = decode(dec, prompt, 10**6)
+        next(steps)  # the first pass: no draft yet
+        for _ in range(2):  # warm: the whole tree is in use from here
+            next(steps)
+        start = time.perf_counter()
+        for _ in range(STEPS):
+            next(steps)
+        steps.close()
+        return (time.perf_counter() - start) * 1000 / STEPS
+
+    return run
+
+
+def timed(fn, reps: int = 1) -> float:
+    start = time.perf_counter()
+    for _ in range(reps):
+        out = fn()
+    if isinstance(out, float):
+        return out
+    return (time.perf_counter() - start) * 1000 / reps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--context", type=int, default=128)
+    parser.add_argument("--eager", action="store_true", help="passes not compiled")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    loaded = ss.load(args.model)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    compiled = not args.eager
+    vocab, dims = loaded.config["vocab_size"], loaded.config["hidden_size"]
+    plain_passes = Passes(arch, None, compiled)
+    fns = {
+        ("plain", 1): loop(Decoder(loaded.model, arch, passes=plain_passes), args.context, vocab)
+    }
+    for n in NODES:
+        cfg = StreamConfig(gamma=1, n_msa_layers=4, top_k=max(n - 1, 1))
+        params = StreamParams(cfg, dims)
+        mx.eval(params.parameters())
+        passes = Passes(arch, params, compiled)
+        policy = TreePolicy.static(tuple((i,) for i in range(n - 1)))
+        dec = Decoder(loaded.model, arch, params, policy, passes=passes)
+        fns[("forward", n)] = bare(plain_passes, loaded.model, n, args.context, 0)
+        fns[("pass", n)] = bare(passes, loaded.model, n, args.context, 1)
+        fns[("loop", n)] = loop(dec, args.context, vocab)
+    for fn in fns.values():  # warm-up: traces, allocations
+        timed(fn, 3)
+    times = {key: [] for key in fns}
+    for _ in range(args.rounds):
+        for key, fn in fns.items():
+            times[key].append(timed(fn, 5 if key[0] != "loop" and key[0] != "plain" else 1))
+    ms = {key: statistics.median(v) for key, v in times.items()}
+    plain = ms[("plain", 1)]
+    rows = []
+    print(f"plain decoding step: {plain:.1f} ms ({'compiled' if compiled else 'eager'})")
+    print("| nodes | forward(N) ms | pass(N) ms | loop ms/pass | loop / pass | loop / target |")
+    print("|---|---|---|---|---|---|")
+    for n in NODES:
+        target = plain * ms[("forward", n)] / ms[("forward", 1)]
+        row = {
+            "nodes": n,
+            "forward_ms": round(ms[("forward", n)], 2),
+            "pass_ms": round(ms[("pass", n)], 2),
+            "loop_ms": round(ms[("loop", n)], 2),
+            "target_ms": round(target, 2),
+        }
+        rows.append(row)
+        print(
+            f"| {n} | {row['forward_ms']} | {row['pass_ms']} | {row['loop_ms']} | "
+            f"{ms[('loop', n)] / ms[('pass', n)]:.3f} | {ms[('loop', n)] / target:.3f} |"
+        )
+    if args.json:
+        report = {"model": loaded.name, "compiled": compiled, "plain_step_ms": round(plain, 2)}
+        with open(args.json, "w") as f:
+            json.dump({**report, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
