@@ -220,7 +220,7 @@ def test_speculative_sampling_equals_plain_sampling(
     prompt = [5, 9, 5, 9, 5]  # repeats, so ss+pld's lookup drafts too
     runs = 1200
     exact = plain_distribution(tiny, prompt, sampling, n_tokens)
-    counts, passes, decided = {}, 0, 0
+    counts, passes, decided, nodes = {}, 0, 0, 0
     for i in range(runs):
         s = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, seed=10_000 + i)
         out = ss.generate(tiny, prompt, max_tokens=n_tokens, sampling=s, decoder=decoder,
@@ -229,12 +229,15 @@ def test_speculative_sampling_equals_plain_sampling(
         assert len(seq) == n_tokens
         counts[seq] = counts.get(seq, 0) + 1
         passes, decided = passes + out.stats.forward_passes, decided + n_tokens
+        nodes += out.stats.tree_nodes
     assert set(counts) <= set(exact)  # never a token plain sampling could not give
     cells = sorted(exact)
     observed = np.array([counts.get(c, 0) for c in cells])
     assert chi_square_p(observed, np.array([exact[c] for c in cells]) * runs) > P_MIN
-    if streams_kind == "trained":
-        assert decided / passes > 1.1  # drafts were accepted (pld: the lookup's)
+    if decoder == "pld":  # the lookup drafted (its tokens are rarely in this model's top 3)
+        assert nodes / passes > 1.5
+    elif streams_kind == "trained":
+        assert decided / passes > 1.1  # drafts were accepted
 
 
 def test_seed_replays_and_greedy_is_unchanged(tiny, trained_streams):
