@@ -177,3 +177,43 @@ def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
     assert_clean_error(
         specstream(*base, "--decoder", "ss", "--adapter", str(tmp_path)), "not an adapter folder"
     )
+
+
+@pytest.mark.parametrize(
+    "metadata, fragment",
+    [
+        ({"llama__attention__head_count": 0}, "head_count must be a positive integer, got 0"),
+        ({"llama__attention__head_count": 7}, "heads must divide the width"),
+        ({"tokenizer__ggml__tokens": None}, "no vocabulary (tokenizer.ggml.tokens)"),
+        ({"tokenizer__ggml__merges": None}, "no BPE merges"),
+        ({"llama__block_count": 5}, "block_count 5, the file has tensors for blocks 0-1"),
+        ({"llama__feed_forward_length": 100}, "Expected shape (100, 64)"),  # converts, no load
+    ],
+)
+def test_gguf_with_bad_metadata_fails_cleanly_and_leaves_no_cache(tmp_path, monkeypatch, metadata,
+                                                                   fragment):  # fmt: skip
+    from specstream_mlx import SpecstreamError, load_model
+    from specstream_mlx.models.loader import cache_dir
+
+    from .tiny_gguf import save_tiny_gguf
+
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path / "cache"))
+    gguf = save_tiny_gguf(tmp_path / "bad.gguf", **metadata)
+    with pytest.raises(SpecstreamError) as err:
+        load_model(str(gguf))
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    models = cache_dir() / "models"
+    assert not models.exists() or not list(models.iterdir())
+
+
+def test_gguf_errors_are_one_line_on_the_command_line(tmp_path):
+    from .tiny_gguf import save_tiny_gguf
+
+    env = {"SPECSTREAM_CACHE": str(tmp_path / "cache")}
+    good = save_tiny_gguf(tmp_path / "good.gguf")
+    proc = specstream("generate", "--prompt", "hi", "--model", str(good), "--max-tokens", "2",
+                      env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bad = save_tiny_gguf(tmp_path / "bad.gguf", llama__block_count=31)
+    proc = specstream("generate", "--prompt", "hi", "--model", str(bad), env=env)
+    assert_clean_error(proc, "block_count 31")
