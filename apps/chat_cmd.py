@@ -15,6 +15,7 @@ from .args import (
     sampling_of,
     tuning_of,
 )
+from .text_input import checked_text
 
 HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
 COMMANDS = """commands:
@@ -72,6 +73,8 @@ def run(args) -> int:
     # Ctrl-C stops an answer even when started from a parent that ignores SIGINT (a background
     # job of a non-interactive shell inherits SIG_IGN, and Python then keeps it).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.system is not None:
+        checked_text(args.system, "--system")
     loaded = ss.load(args.model, precision=args.precision)
     manager = AdapterManager(loaded)
     adapter = args.adapter
@@ -98,7 +101,9 @@ def run(args) -> int:
         except KeyboardInterrupt:  # at the prompt: a fresh line, the session goes on
             print(file=sys.stderr)
             continue
-        line = line.strip()
+        except UnicodeDecodeError as exc:
+            raise ss.SpecstreamError(f"stdin is not UTF-8 text ({exc.reason})") from None
+        line = checked_text(line, "stdin").strip()
         if not line:
             continue
         if line.startswith("/"):

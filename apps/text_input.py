@@ -1,0 +1,41 @@
+"""Text from the command line, stdin and files, checked where it enters: the tokenizer needs
+valid Unicode, and undecodable bytes reach Python as lone surrogates (argv) or as
+UnicodeDecodeError (stdin)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def checked_text(text: str, what: str) -> str:
+    """`text` itself, or a SpecstreamError when it holds a lone surrogate: an undecodable byte of
+    a command-line argument (Python keeps it as U+DC80-U+DCFF), or a JSON escape like \\ud800."""
+    from specstream_mlx import SpecstreamError
+
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = ord(text[exc.start])
+        found = (
+            f"undecodable byte 0x{char - 0xDC00:02x}"
+            if 0xDC80 <= char <= 0xDCFF
+            else f"lone surrogate U+{char:04X}"
+        )
+        raise SpecstreamError(
+            f"{what} is not valid UTF-8 text ({found} at character {exc.start})"
+        ) from None
+    return text
+
+
+def read_stdin(what: str) -> str:
+    """All of stdin as UTF-8 text; binary input is a SpecstreamError, not a traceback."""
+    from specstream_mlx import SpecstreamError
+
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecstreamError(
+            f"{what} on stdin is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start})"
+        ) from None
