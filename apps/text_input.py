@@ -7,11 +7,10 @@ from __future__ import annotations
 import sys
 
 
-def checked_text(text: str, what: str) -> str:
-    """`text` itself, or a SpecstreamError when it holds a lone surrogate: an undecodable byte of
-    a command-line argument (Python keeps it as U+DC80-U+DCFF), or a JSON escape like \\ud800."""
-    from specstream_mlx import SpecstreamError
-
+def text_problem(text: str) -> str | None:
+    """Why `text` is not valid UTF-8 text (a lone surrogate: an undecodable byte of a
+    command-line argument, which Python keeps as U+DC80-U+DCFF, or a JSON escape like \\ud800),
+    or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -21,9 +20,17 @@ def checked_text(text: str, what: str) -> str:
             if 0xDC80 <= char <= 0xDCFF
             else f"lone surrogate U+{char:04X}"
         )
-        raise SpecstreamError(
-            f"{what} is not valid UTF-8 text ({found} at character {exc.start})"
-        ) from None
+        return f"not valid UTF-8 text ({found} at character {exc.start})"
+    return None
+
+
+def checked_text(text: str, what: str) -> str:
+    """`text` itself, or a SpecstreamError saying why it is not valid text."""
+    from specstream_mlx import SpecstreamError
+
+    problem = text_problem(text)
+    if problem:
+        raise SpecstreamError(f"{what} is {problem}")
     return text
 
 
