@@ -36,7 +36,8 @@ def test_a_model_without_a_chat_template():
         encode_chat(TokenizerWrapper(hf), [{"role": "user", "content": "hi"}])
 
 
-TEXT = st.text(st.sampled_from(list("ab \n\t1.,<|>_é😀") + ["im_end", "Hello", "  "]), max_size=40)
+PIECES = list("ab \n\t1.,<|>_é😀") + ["im_end", "Hello", "  ", "\n\n"]
+TEXT = st.lists(st.sampled_from(PIECES), max_size=16).map("".join)
 
 
 @pytest.mark.slow
