@@ -109,19 +109,15 @@ def allowed_hosts(args) -> frozenset[str]:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (uvicorn listens on it), or one clear SpecstreamError."""
+    """A socket bound to host:port as uvicorn binds one (uvicorn listens on it), or one clear
+    SpecstreamError."""
     from specstream_mlx import SpecstreamError
 
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise SpecstreamError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    host = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
+        sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise SpecstreamError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None

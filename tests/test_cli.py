@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -271,7 +272,10 @@ def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base
     proc = specstream("generate", "--model", model, "--prompt", "hi", "--decoder", "ss",
                       "--adapter", str(folder))  # fmt: skip
     assert_clean_error(proc, "base_model must be an object")
-    proc = specstream("serve", "--model", model, "--adapter", f"mine={folder}", "--port", "1")
+    with socket.socket() as s:  # a free port: serve binds it before reading the adapter
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    proc = specstream("serve", "--model", model, "--adapter", f"mine={folder}", "--port", port)
     assert_clean_error(proc, "base_model must be an object")
     proc = specstream("convert", "--from", str(folder), "--to", str(tmp_path / "out"),
                       "--no-check")  # fmt: skip
