@@ -15,6 +15,7 @@ from .args import (
     sampling_of,
     tuning_of,
 )
+from .text_input import checked_text
 
 HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
 COMMANDS = """commands:
@@ -72,6 +73,8 @@ def run(args) -> int:
     # Ctrl-C stops an answer even when started from a parent that ignores SIGINT (a background
     # job of a non-interactive shell inherits SIG_IGN, and Python then keeps it).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.system is not None:
+        checked_text(args.system, "--system")
     loaded = ss.load(args.model, precision=args.precision)
     manager = AdapterManager(loaded)
     adapter = args.adapter
@@ -98,7 +101,9 @@ def run(args) -> int:
         except KeyboardInterrupt:  # at the prompt: a fresh line, the session goes on
             print(file=sys.stderr)
             continue
-        line = line.strip()
+        except UnicodeDecodeError as exc:
+            raise ss.SpecstreamError(f"stdin is not UTF-8 text ({exc.reason})") from None
+        line = checked_text(line, "stdin").strip()
         if not line:
             continue
         if line.startswith("/"):
@@ -156,13 +161,13 @@ def fit_history(loaded, messages: list[dict], max_tokens: int) -> tuple[list[dic
     """The conversation with its oldest turns dropped (a system message stays) until the prompt
     leaves room for an answer of `max_tokens` (at least a quarter of the context); and how many
     messages were dropped. The latest user message always stays."""
-    from specstream_mlx.generate import encode_prompt
+    from specstream_mlx.chat_safety import encode_chat
 
     room = max(loaded.context_length - max_tokens, loaded.context_length * 3 // 4)
     head = messages[:1] if messages and messages[0]["role"] == "system" else []
     body = messages[len(head) :]
     dropped = 0
-    while len(body) > 1 and len(encode_prompt(loaded, head + body)) > room:
+    while len(body) > 1 and len(encode_chat(loaded.tokenizer, head + body)) > room:
         body = body[2:] if len(body) > 2 and body[1]["role"] == "assistant" else body[1:]
         dropped = len(messages) - len(head) - len(body)
     return head + body, dropped
@@ -170,9 +175,11 @@ def fit_history(loaded, messages: list[dict], max_tokens: int) -> tuple[list[dic
 
 def answer(text: str, session: Session, manager, max_tokens: int) -> None:
     import specstream_mlx as ss
+    from specstream_mlx.chat_safety import encode_chat
 
     messages = [*session.messages, {"role": "user", "content": text}]
     messages, dropped = fit_history(manager.loaded, messages, max_tokens)
+    prompt = encode_chat(manager.loaded.tokenizer, messages)  # control tokens typed stay text
     if dropped:
         print(f"(the {dropped} oldest messages left the conversation: context full)",
               file=sys.stderr)  # fmt: skip
@@ -181,7 +188,7 @@ def answer(text: str, session: Session, manager, max_tokens: int) -> None:
         with manager.use(session.adapter) as loaded:
             chunks = ss.stream_generate(
                 loaded,
-                messages,
+                prompt,
                 max_tokens=max_tokens,
                 decoder=decoder_for(session),
                 sampling=session.sampling,

@@ -13,6 +13,7 @@ from .args import (
     sampling_of,
     tuning_of,
 )
+from .text_input import checked_text, read_stdin
 
 HELP = "generate text for one prompt"
 
@@ -94,7 +95,10 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import specstream_mlx as ss
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.prompt == "-":
+        prompt = read_stdin("the prompt")
+    else:
+        prompt = checked_text(args.prompt, "--prompt")
     sampling = sampling_of(args)
     if not prompt.strip():
         raise ss.SpecstreamError("the prompt is empty")

@@ -3,6 +3,8 @@ model with its adapters."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 from .args import add_model_args, positive_int
@@ -16,7 +18,20 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=positive_int, default=8080, help="default 8080")
     p.add_argument(
-        "--api-key", default=None, help="require `Authorization: Bearer KEY` on every request"
+        "--api-key",
+        default=os.environ.get("SPECSTREAM_API_KEY") or None,
+        help="require `Authorization: Bearer KEY` on every request (default: the "
+        "SPECSTREAM_API_KEY environment variable, which keeps the key out of the process list)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without an API key, also accept requests whose Host header is NAME (repeatable; * "
+        "accepts any), e.g. this machine's LAN name with --host 0.0.0.0. By default only the "
+        "--host address, localhost, 127.0.0.1 and [::1] are accepted, so that no web page can "
+        "reach the server through a name of its own (DNS rebinding)",
     )
     p.add_argument(
         "--adapter",
@@ -55,13 +70,18 @@ def run(args) -> int:
         if not sep or not name.strip() or not folder.strip():
             raise ss.SpecstreamError(f"--adapter wants NAME=FOLDER, got {item!r}")
         extra[name.strip()] = folder.strip()
-    loaded = ss.load(args.model, precision=args.precision)
-    manager = AdapterManager(loaded, max_resident=args.max_resident)
-    for name, folder in extra.items():
-        manager.register(name, folder)
+    sock = bind(args.host, args.port)  # a taken port fails now, before the model loads
+    try:
+        loaded = ss.load(args.model, precision=args.precision)
+        manager = AdapterManager(loaded, max_resident=args.max_resident)
+        for name, folder in extra.items():
+            manager.register(name, folder)
+    except BaseException:
+        sock.close()
+        raise
     limits = Limits(max_body_bytes=args.max_body, max_tokens=args.max_tokens)
-    app = create_app(manager, api_key=args.api_key, limits=limits)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+    app = create_app(manager, api_key=args.api_key, limits=limits, hosts=allowed_hosts(args))
+    if args.host.strip("[]") not in ("127.0.0.1", "localhost", "::1"):
         print(f"specstream serve: listening on {args.host}: reachable from other machines",
               file=sys.stderr)  # fmt: skip
     print(
@@ -69,10 +89,36 @@ def run(args) -> int:
         f"on http://{args.host}:{args.port}/v1",
         file=sys.stderr,
     )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    except (OSError, SystemExit) as exc:
+        server.run(sockets=[sock])
+    except (OSError, SystemExit) as exc:  # uvicorn exits when its start-up fails
         raise ss.SpecstreamError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
     finally:
+        sock.close()
         app.state.worker.stop()
     return 0
+
+
+def allowed_hosts(args) -> frozenset[str]:
+    """Host header names served without an API key: this machine's, the bound address, and
+    --allowed-host's."""
+    from .server import LOCAL_HOSTS
+
+    return LOCAL_HOSTS | {args.host.strip("[]").lower(), *(h.lower() for h in args.allowed_host)}
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port as uvicorn binds one (uvicorn listens on it), or one clear
+    SpecstreamError."""
+    from specstream_mlx import SpecstreamError
+
+    host = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SpecstreamError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    return sock

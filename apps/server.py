@@ -23,17 +23,24 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 import specstream_mlx as ss
+from specstream_mlx.chat_safety import encode_chat
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.manager import AdapterManager
 
+from .text_input import text_problem
+
 DECODERS = ("ar", "ss", "pld", "ss+pld")
+# Host headers always accepted without an API key (a web page cannot reach the server through
+# a name of its own, which DNS rebinding would point here); serve adds the bound address and
+# --allowed-host names.
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 @dataclass(frozen=True)
@@ -43,16 +50,28 @@ class Limits:
     max_queue: int = 256  # requests waiting or running; more get 503
 
 
+def _valid_text(text: str) -> str:
+    problem = text_problem(text)
+    if problem:  # a JSON escape like "\ud800": no tokenizer takes it
+        raise ValueError(problem)
+    return text
+
+
+Text = Annotated[str, AfterValidator(_valid_text)]
+# Strict: JSON types are not coerced ("5" is not an integer, "yes" not a boolean).
+STRICT = ConfigDict(extra="ignore", strict=True)  # OpenAI fields we do not use are accepted
+
+
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: Text | list[TextPart]
 
     def plain(self) -> dict:
         """{"role", "content"} for the chat template: parts joined, developer = system."""
@@ -63,14 +82,14 @@ class Message(BaseModel):
 
 
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI fields we do not use are accepted
+    model_config = STRICT
     model: str | None = None
     adapter: str | None = None
     decoder: Literal["ar", "ss", "pld", "ss+pld"] | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)  # OpenAI's newer name
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
@@ -82,7 +101,7 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str = Field(min_length=1)
+    prompt: Text = Field(min_length=1)
 
 
 class ApiError(Exception):
@@ -105,9 +124,11 @@ class ApiError(Exception):
 CODES = {
     400: "invalid_request",
     401: "invalid_api_key",
+    403: "host_not_allowed",
     404: "not_found",
     405: "method_not_allowed",
     413: "request_too_large",
+    415: "unsupported_media_type",
     422: "invalid_value",
     500: "internal_error",
     503: "server_busy",
@@ -149,6 +170,7 @@ class Worker:
         self.pending = 0  # queued or running
         self.running = False
         self.cancelled = 0  # generations stopped early because their client left
+        self.tokens = 0  # decided so far by the running (or the last) generation
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="specstream-worker", daemon=True)
         self.thread.start()
@@ -191,7 +213,9 @@ class Worker:
                 decoder=job.decoder,
             )
             try:
+                self.tokens = 0
                 for chunk in chunks:
+                    self.tokens = chunk.stats.generated_tokens
                     job.send(chunk)
                     if job.cancelled.is_set() and chunk.finish_reason is None:
                         self.cancelled += 1
@@ -201,13 +225,21 @@ class Worker:
 
 
 def create_app(
-    manager: AdapterManager, api_key: str | None = None, limits: Limits | None = None
+    manager: AdapterManager,
+    api_key: str | None = None,
+    limits: Limits | None = None,
+    hosts: frozenset[str] | set[str] = LOCAL_HOSTS,
 ) -> FastAPI:
+    """The app. Without an API key only requests whose Host header names one of `hosts` ("*":
+    any) are served, so that a web page cannot drive the server through DNS rebinding; every
+    POST wants Content-Type application/json, which a page cannot send to another origin without
+    the browser asking first (no CORS is served)."""
     limits = limits or Limits()
     worker = Worker(manager, limits)
     app = FastAPI(title="specstream", docs_url=None, redoc_url=None)
     app.state.worker = worker
     base = manager.loaded.name
+    hosts = frozenset(h.lower() for h in hosts)
 
     @app.exception_handler(404)
     async def not_found(request: Request, exc):
@@ -217,27 +249,40 @@ def create_app(
     async def bad_method(request: Request, exc):
         return error_response(405, f"{request.method} not allowed here", "invalid_request_error")
 
-    def check_key(request: Request) -> None:
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc):  # a bug: a JSON error all the same
+        return error_response(500, f"internal error: {exc}", "server_error")
+
+    def check(request: Request) -> None:
         """With --api-key every /v1 route wants `Authorization: Bearer KEY` (OpenAI clients send
-        their api_key so). Checked in each route: a middleware would wrap the streams."""
-        if api_key is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                raise ApiError(401, "invalid or missing API key", "authentication_error")
+        their api_key so); without one, the Host header must name this server. Checked in each
+        route: a middleware would wrap the streams."""
+        if api_key is None:
+            check_host(request, hosts)
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise ApiError(401, "invalid or missing API key", "authentication_error")
 
     @app.get("/health")
-    async def health():
+    async def health(request: Request):
+        if api_key is None:
+            try:
+                check_host(request, hosts)
+            except ApiError as exc:
+                return exc.response()
         return {
             "status": "ok",
             "pending": worker.pending,
             "running": worker.running,
             "cancelled": worker.cancelled,
+            "tokens": worker.tokens,
         }
 
     @app.get("/v1/models")
     async def models(request: Request):
         try:
-            check_key(request)
+            check(request)
         except ApiError as exc:
             return exc.response()
         now = int(time.time())
@@ -252,7 +297,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         try:
-            check_key(request)
+            check(request)
             body = await read_body(request, ChatRequest, limits)
             messages = [m.plain() for m in body.messages]
             job = make_job(body, messages, True, manager, base, limits)
@@ -263,7 +308,7 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: Request):
         try:
-            check_key(request)
+            check(request)
             body = await read_body(request, CompletionRequest, limits)
             job = make_job(body, body.prompt, False, manager, base, limits)
         except ApiError as exc:
@@ -273,17 +318,44 @@ def create_app(
     return app
 
 
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: "[::1]:8080" -> "::1"."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    name, _, port = header.rpartition(":")
+    return name if name and port.isdigit() and ":" not in name else header
+
+
+def check_host(request: Request, hosts: frozenset[str]) -> None:
+    name = host_name(request.headers.get("host", "")).rstrip(".")
+    if "*" not in hosts and name not in hosts:
+        raise ApiError(
+            403, f"Host {name!r} is not allowed without an API key (allowed: "
+            f"{', '.join(sorted(hosts))}; serve --allowed-host NAME adds one)", "permission_error",
+        )  # fmt: skip
+
+
 async def read_body(request: Request, model: type[BaseModel], limits: Limits):
+    """The JSON body, validated; read chunk by chunk and refused as soon as it passes the size
+    limit (a chunked body declares no length)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ApiError(
+            415, f"Content-Type must be application/json, got {kind or 'none'!r}",
+            "invalid_request_error",
+        )  # fmt: skip
+    too_large = ApiError(
+        413, f"request body over {limits.max_body_bytes} bytes", "invalid_request_error"
+    )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise ApiError(
-            413, f"request body over {limits.max_body_bytes} bytes", "invalid_request_error"
-        )
-    raw = await request.body()
-    if len(raw) > limits.max_body_bytes:
-        raise ApiError(
-            413, f"request body over {limits.max_body_bytes} bytes", "invalid_request_error"
-        )
+        raise too_large
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limits.max_body_bytes:
+            raise too_large
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -325,8 +397,10 @@ def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limi
     # Every decoder is lossless, greedy or sampled (tree rejection sampling).
     decoder = body.decoder or ("ss+pld" if adapter is not None else "ar")
     loaded = manager.loaded
-    try:
-        ids = encode_prompt(loaded, prompt, chat)
+    try:  # message content is text: a control token typed in it stays text
+        ids = (
+            encode_chat(loaded.tokenizer, prompt) if chat else encode_prompt(loaded, prompt, False)
+        )
     except ss.SpecstreamError as exc:
         param = "messages" if chat else "prompt"
         raise ApiError(422, str(exc), "invalid_request_error", param) from None
@@ -352,20 +426,24 @@ async def respond(request: Request, job: Job, body: _Common, kind: str, worker: 
             stream_events(request, job, ident, model, kind), media_type="text/event-stream"
         )
     text, last = [], None
-    while True:
-        try:
-            item = await asyncio.wait_for(job.out.get(), timeout=0.5)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancelled.set()
-            continue
-        if item is None:
-            break
-        if isinstance(item, ApiError):
-            return item.response()
-        text.append(item.text)
-        last = item
+    watcher = asyncio.create_task(cancel_on_disconnect(request, job))
+    try:
+        while (item := await job.out.get()) is not None:
+            if isinstance(item, ApiError):
+                return item.response()
+            text.append(item.text)
+            last = item
+    finally:
+        watcher.cancel()
     return JSONResponse(final_object(ident, model, kind, job, "".join(text), last))
+
+
+async def cancel_on_disconnect(request: Request, job: Job) -> None:
+    """Cancel `job` when its client leaves: the body has been read, so the next message the
+    server sends the app is the disconnect. The worker stops at the next decided token."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    job.cancelled.set()
 
 
 def final_object(ident, model, kind, job: Job, text: str, last) -> dict:
@@ -425,7 +503,7 @@ async def stream_events(
         while (item := await job.out.get()) is not None:
             if isinstance(item, ApiError):
                 yield event(
-                    {"error": {"message": item.message, "type": item.kind, "code": item.status}}
+                    {"error": {"message": item.message, "type": item.kind, "code": item.code}}
                 )
                 break
             last = item

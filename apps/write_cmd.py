@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .args import add_model_args, positive_int
+from .text_input import checked_text, read_stdin
 
 HELP = "run a writing tool (summarize, data2text, sql) with its adapter"
 INPUT_NAMES = {
@@ -78,6 +79,7 @@ def run(args) -> int:
     if args.input:
         rows = read_batch(args.input, task)
         prompts = None  # checked row by row below, with their line numbers
+        done = rows_done(Path(args.output)) if args.output else 0  # before the model loads
     else:
         fields = {MAIN_FIELD[args.tool]: read_text(args)}
         if args.tool == "sql":
@@ -87,7 +89,7 @@ def run(args) -> int:
     common = dict(max_tokens=args.max_tokens, decoder=args.decoder)
     if prompts is not None:
         return write_one(ss, loaded, prompts[0], common, args)
-    return write_batch(ss, loaded, rows, common, args.output)
+    return write_batch(ss, loaded, rows, common, args.output, done)
 
 
 def read_text(args) -> str:
@@ -102,9 +104,9 @@ def read_text(args) -> str:
         except (OSError, UnicodeDecodeError) as exc:
             raise SpecstreamError(f"cannot read {args.file}: {exc}") from None
     elif args.text is not None and args.text != "-":
-        text = args.text
+        text = checked_text(args.text, "TEXT")
     elif args.text == "-" or not sys.stdin.isatty():
-        text = sys.stdin.read()
+        text = read_stdin(what)
     else:
         raise SpecstreamError(f"no input: give {what} as TEXT, --file, or on stdin")
     if not text.strip():
@@ -122,22 +124,24 @@ def read_context(context: str | None) -> str:
             return Path(context[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise SpecstreamError(f"cannot read {context[1:]}: {exc}") from None
-    return context
+    return checked_text(context, "--context")
 
 
 def read_batch(path: str, task) -> list[str]:
     """The prompt of every row; every malformed row reported at once, with its line number."""
+    from specstream_mlx import SpecstreamError
     from specstream_mlx.jsonl import BadRow, read_rows
 
     def prompt(row) -> str:
         if not isinstance(row, dict):
             raise BadRow(f"expected an object with {', '.join(task.fields)}")
-        return task.prompt(**{f: row.get(f, "") for f in task.fields})
+        try:
+            return checked_text(task.prompt(**{f: row.get(f, "") for f in task.fields}), "the row")
+        except SpecstreamError as exc:
+            raise BadRow(str(exc)) from None
 
     prompts = read_rows(path, prompt, what=f"{task.name} rows")
     if not prompts:
-        from specstream_mlx import SpecstreamError
-
         raise SpecstreamError(f"no rows in {path}")
     return prompts
 
@@ -162,12 +166,34 @@ def write_one(ss, loaded, prompt: str, common: dict, args) -> int:
     return 0
 
 
-def write_batch(ss, loaded, prompts: list[str], common: dict, output: str | None) -> int:
-    """One JSON line per row ({"row", "text", "stats"}), to stdout or appended to `output`."""
-    done = 0
-    if output:
-        done = _complete_lines(Path(output))
-    out = open(output, "a", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+def rows_done(output: Path) -> int:
+    """Rows already in the --output file (0 for a new file), checked before the model loads: a
+    folder, a missing parent folder, or a file that is not this batch's jsonl is an error."""
+    from specstream_mlx import SpecstreamError
+
+    if output.is_dir():
+        raise SpecstreamError(f"--output {output} is a folder: give a file")
+    if not output.parent.is_dir():
+        raise SpecstreamError(f"--output {output}: no folder {output.parent}")
+    try:
+        return _complete_lines(output)
+    except UnicodeDecodeError:
+        raise SpecstreamError(
+            f"--output {output} is not a text file (not this batch's output): give another"
+        ) from None
+    except OSError as exc:
+        raise SpecstreamError(f"cannot read --output {output}: {exc.strerror}") from None
+
+
+def write_batch(
+    ss, loaded, prompts: list[str], common: dict, output: str | None, done: int = 0
+) -> int:
+    """One JSON line per row ({"row", "text", "stats"}), to stdout or appended to `output`
+    after its first `done` rows."""
+    try:
+        out = open(output, "a", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        raise ss.SpecstreamError(f"cannot write --output {output}: {exc.strerror}") from None
     try:
         for row, prompt in enumerate(prompts[done:], start=done + 1):
             result = ss.generate(loaded, prompt, **common)

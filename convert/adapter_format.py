@@ -110,13 +110,13 @@ def read_folder(path: str | os.PathLike) -> Folder:
     path = Path(path)
     kind = folder_kind(path)
     if kind == "mlx":
-        config = _read_json(path / MLX_CONFIG)
+        config = _checked_base(_read_json(path / MLX_CONFIG), path / MLX_CONFIG)
         if "stream_config" not in config:
             raise SpecstreamError(
                 f"{path} is an MLX LoRA folder without streams: only stream adapters convert"
             )
         return Folder("mlx", config, read_tensors(path / MLX_WEIGHTS))
-    config = _read_json(path / TORCH_CONFIG)
+    config = _checked_base(_read_json(path / TORCH_CONFIG), path / TORCH_CONFIG)
     streams = read_tensors(path / TORCH_STREAMS)
     folder = Folder("torch", config, streams)
     if folder.stream_config.mode == "shared":
@@ -126,6 +126,16 @@ def read_folder(path: str | os.PathLike) -> Folder:
         folder.peft_config = _read_json(path / PEFT_CONFIG)
         folder.lora = read_tensors(path / PEFT_WEIGHTS)
     return folder
+
+
+def _checked_base(config: dict, path: Path) -> dict:
+    """The config, once its base_model is known to be {"name", "fingerprint": {...}} or absent."""
+    base = config.get("base_model", {})
+    if not isinstance(base, dict) or not isinstance(base.get("fingerprint", {}), dict):
+        raise SpecstreamError(
+            f"unreadable {path}: base_model must be an object with a fingerprint object"
+        )
+    return config
 
 
 def write_folder(

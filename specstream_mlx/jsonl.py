@@ -25,12 +25,14 @@ def read_rows(path: str | Path, convert: Callable[[object], T], what: str = "dat
     if not path.is_file():
         raise SpecstreamError(f"data file not found: {path}")
     rows, problems = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
+    with open(path, "rb") as f:  # decoded line by line: a binary line is one more problem
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue
             try:
-                rows.append(convert(json.loads(line)))
+                rows.append(convert(json.loads(raw.decode("utf-8"))))
+            except UnicodeDecodeError:
+                problems.append(f"line {number}: not UTF-8 text")
             except json.JSONDecodeError as exc:
                 problems.append(f"line {number}: invalid JSON ({exc.msg})")
             except BadRow as exc:

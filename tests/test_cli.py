@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,105 @@ def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
     assert_clean_error(
         specstream(*base, "--decoder", "ss", "--adapter", str(tmp_path)), "not an adapter folder"
     )
+
+
+@pytest.mark.parametrize(
+    "metadata, fragment",
+    [
+        ({"llama__attention__head_count": 0}, "head_count must be a positive integer, got 0"),
+        ({"llama__attention__head_count": 7}, "heads must divide the width"),
+        ({"tokenizer__ggml__tokens": None}, "no vocabulary (tokenizer.ggml.tokens)"),
+        ({"tokenizer__ggml__merges": None}, "no BPE merges"),
+        ({"llama__block_count": 5}, "block_count 5, the file has tensors for blocks 0-1"),
+        ({"llama__feed_forward_length": 100}, "Expected shape (100, 64)"),  # converts, no load
+    ],
+)
+def test_gguf_with_bad_metadata_fails_cleanly_and_leaves_no_cache(tmp_path, monkeypatch, metadata,
+                                                                   fragment):  # fmt: skip
+    from specstream_mlx import SpecstreamError, load_model
+    from specstream_mlx.models.loader import cache_dir
+
+    from .tiny_gguf import save_tiny_gguf
+
+    monkeypatch.setenv("SPECSTREAM_CACHE", str(tmp_path / "cache"))
+    gguf = save_tiny_gguf(tmp_path / "bad.gguf", **metadata)
+    with pytest.raises(SpecstreamError) as err:
+        load_model(str(gguf))
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+    models = cache_dir() / "models"
+    assert not models.exists() or not list(models.iterdir())
+
+
+def test_gguf_errors_are_one_line_on_the_command_line(tmp_path):
+    from .tiny_gguf import save_tiny_gguf
+
+    env = {"SPECSTREAM_CACHE": str(tmp_path / "cache")}
+    good = save_tiny_gguf(tmp_path / "good.gguf")
+    proc = specstream("generate", "--prompt", "hi", "--model", str(good), "--max-tokens", "2",
+                      env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    bad = save_tiny_gguf(tmp_path / "bad.gguf", llama__block_count=31)
+    proc = specstream("generate", "--prompt", "hi", "--model", str(bad), env=env)
+    assert_clean_error(proc, "block_count 31")
+
+
+def specstream_bytes(*args, stdin: bytes = b""):
+    """`specstream` with arguments and stdin as raw bytes (undecodable input)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specstream_apps.cli", *args],
+        capture_output=True,
+        input=stdin,
+        timeout=300,
+    )
+    proc.stderr = proc.stderr.decode("utf-8", "replace")
+    return proc
+
+
+def test_undecodable_text_is_one_clear_line(tiny_folders):
+    model = ["--model", str(tiny_folders["llama"])]
+    proc = specstream_bytes("generate", *model, "--prompt", "-", stdin=b"hi \xff\xfe there")
+    assert_clean_error(proc, "the prompt on stdin is not UTF-8 text", "0xff at offset 3")
+    proc = specstream_bytes("generate", *model, "--prompt", b"hi \xff")
+    assert_clean_error(proc, "--prompt is not valid UTF-8 text (undecodable byte 0xff")
+    proc = specstream_bytes("chat", *model, stdin=b"\xff\xfe\n")  # after chat's banner line
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "specstream chat: error: stdin is not" in proc.stderr.splitlines()[-1]
+    proc = specstream_bytes("chat", *model, "--system", b"be \xff")
+    assert_clean_error(proc, "--system is not valid UTF-8 text")
+    proc = specstream_bytes("write", "summarize", *model, stdin=b"\x00\xff\xfe")
+    assert_clean_error(proc, "on stdin is not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    "base_model",
+    ["smollm2", {"name": "x", "fingerprint": ["a", "b"]}, None],
+)
+def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base_model):
+    import specstream_mlx as ss
+    from specstream_mlx.streams.adapter_io import CONFIG, made_for, read_adapter, save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    model = str(tiny_folders["llama"])
+    loaded = ss.load(model)
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), 64).randomize(0)
+    folder = save_adapter(tmp_path / "adapter", params, loaded)
+    config = json.loads((folder / CONFIG).read_text())
+    config["base_model"] = base_model
+    (folder / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError, match="base_model must be an object"):
+        read_adapter(folder, loaded)
+    assert made_for(folder, loaded) is False
+    if base_model is not None:  # the command line, once is enough
+        return
+    proc = specstream("generate", "--model", model, "--prompt", "hi", "--decoder", "ss",
+                      "--adapter", str(folder))  # fmt: skip
+    assert_clean_error(proc, "base_model must be an object")
+    with socket.socket() as s:  # a free port: serve binds it before reading the adapter
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    proc = specstream("serve", "--model", model, "--adapter", f"mine={folder}", "--port", port)
+    assert_clean_error(proc, "base_model must be an object")
+    proc = specstream("convert", "--from", str(folder), "--to", str(tmp_path / "out"),
+                      "--no-check")  # fmt: skip
+    assert_clean_error(proc, "base_model must be an object")

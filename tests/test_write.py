@@ -102,3 +102,27 @@ def test_malformed_batch_rows_are_reported_by_line(tmp_path):
     missing = tmp_path / "missing.jsonl"
     missing.write_text('{"question": "q"}\n')
     assert_clean_error(specstream("write", "sql", "--input", str(missing)), "missing input context")
+
+
+def test_a_bad_output_or_input_file_fails_before_the_model_loads(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"dialogue": "A: hi"}\n')
+    binary = tmp_path / "out.bin"
+    binary.write_bytes(b"\x00\xff\xfe\x00")
+    no_model = ["--model", str(tmp_path / "no-model")]  # loading it would be the error
+    for output, fragment in [
+        (binary, "is not a text file"),
+        (tmp_path, "is a folder"),
+        (tmp_path / "nowhere" / "out.jsonl", "no folder"),
+    ]:
+        proc = specstream("write", "summarize", "--input", str(rows), "--output", str(output),
+                          *no_model)  # fmt: skip
+        assert_clean_error(proc, fragment)
+    binary_rows = tmp_path / "rows.bin"
+    binary_rows.write_bytes(b'{"dialogue": "A: hi"}\n\xff\xfe\x00\n')
+    proc = specstream("write", "summarize", "--input", str(binary_rows), *no_model)
+    assert_clean_error(proc, "line 2: not UTF-8 text")
+    surrogate = tmp_path / "surrogate.jsonl"
+    surrogate.write_text('{"dialogue": "A: hi \\ud800"}\n')
+    proc = specstream("write", "summarize", "--input", str(surrogate), *no_model)
+    assert_clean_error(proc, "line 1: the row is not valid UTF-8 text (lone surrogate U+D800")

@@ -64,8 +64,29 @@ def _scalar(metadata: dict, key: str, default=None):
 def _unpermute_rows(w: mx.array, n_head: int) -> mx.array:
     """Inverse of llama.cpp's `permute`: (n_head, 2, half, ...) -> (n_head, half, 2, ...)."""
     rows = w.shape[0]
+    if rows % (2 * n_head):
+        raise SpecstreamError(
+            f"GGUF Q/K tensor with {rows} rows does not split into {n_head} heads (head_count "
+            "in the metadata does not fit the tensors)"
+        )
     half = rows // n_head // 2
     return w.reshape(n_head, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _check_blocks(weights: dict[str, mx.array], n_layers: int) -> None:
+    """The file's blocks (blk.N.*) must be blocks 0..n_layers-1 of the metadata's block_count."""
+    found = set()
+    for name in weights:
+        parts = name.split(".")
+        if parts[0] == "blk":
+            if len(parts) < 3 or not parts[1].isdigit():
+                raise SpecstreamError(f"unsupported GGUF tensor {name!r} for a llama model")
+            found.add(int(parts[1]))
+    if found != set(range(n_layers)):
+        have = f"blocks {min(found)}-{max(found)} ({len(found)})" if found else "no blocks"
+        raise SpecstreamError(
+            f"GGUF metadata says block_count {n_layers}, the file has tensors for {have}"
+        )
 
 
 def _rename(name: str) -> str:
@@ -78,6 +99,44 @@ def _rename(name: str) -> str:
     raise SpecstreamError(f"unsupported GGUF tensor {name!r} for a llama model")
 
 
+def _count(metadata: dict, key: str, default=None) -> int:
+    """A positive integer from the metadata; a missing or malformed one is a SpecstreamError."""
+    value = _scalar(metadata, key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecstreamError(f"GGUF metadata {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _shape_config(metadata: dict) -> dict:
+    """The llama.* sizes, checked against each other (heads divide the width, KV heads the
+    heads)."""
+    n_heads = _count(metadata, "llama.attention.head_count")
+    n_kv = _count(metadata, "llama.attention.head_count_kv", n_heads)
+    hidden = _count(metadata, "llama.embedding_length")
+    if hidden % n_heads or n_heads % n_kv:
+        raise SpecstreamError(
+            f"GGUF metadata does not fit together: embedding_length {hidden}, head_count "
+            f"{n_heads}, head_count_kv {n_kv} (heads must divide the width, KV heads the heads)"
+        )
+    return {
+        "hidden_size": hidden,
+        "num_hidden_layers": _count(metadata, "llama.block_count"),
+        "intermediate_size": _count(metadata, "llama.feed_forward_length"),
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": n_kv,
+        "head_dim": _count(metadata, "llama.rope.dimension_count", hidden // n_heads),
+        "max_position_embeddings": _count(metadata, "llama.context_length", 2048),
+    }
+
+
+def gguf_tokens(metadata: dict) -> list[str]:
+    """The vocabulary (tokenizer.ggml.tokens), which every GGUF model needs."""
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise SpecstreamError("GGUF metadata has no vocabulary (tokenizer.ggml.tokens)")
+    return tokens
+
+
 def gguf_config(metadata: dict) -> dict:
     """The mlx-lm / Hugging Face `config.json` of a llama-architecture GGUF."""
     arch = metadata.get("general.architecture")
@@ -86,21 +145,20 @@ def gguf_config(metadata: dict) -> dict:
             f"GGUF architecture {arch!r} is not supported (llama only); "
             "use a Hugging Face or mlx-lm model folder instead"
         )
-    n_heads = _scalar(metadata, "llama.attention.head_count")
-    hidden = _scalar(metadata, "llama.embedding_length")
+    try:
+        eps = float(_scalar(metadata, "llama.attention.layer_norm_rms_epsilon", 1e-5))
+        theta = float(_scalar(metadata, "llama.rope.freq_base", 10000.0))
+    except (TypeError, ValueError) as exc:
+        raise SpecstreamError(
+            f"GGUF metadata: unreadable rms epsilon or rope base ({exc})"
+        ) from None
     return {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": _scalar(metadata, "llama.block_count"),
-        "intermediate_size": _scalar(metadata, "llama.feed_forward_length"),
-        "num_attention_heads": n_heads,
-        "num_key_value_heads": _scalar(metadata, "llama.attention.head_count_kv", n_heads),
-        "head_dim": _scalar(metadata, "llama.rope.dimension_count", hidden // n_heads),
-        "rms_norm_eps": float(_scalar(metadata, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        "rope_theta": float(_scalar(metadata, "llama.rope.freq_base", 10000.0)),
-        "max_position_embeddings": _scalar(metadata, "llama.context_length", 2048),
-        "vocab_size": len(metadata["tokenizer.ggml.tokens"]),
+        **_shape_config(metadata),
+        "rms_norm_eps": eps,
+        "rope_theta": theta,
+        "vocab_size": len(gguf_tokens(metadata)),
         "bos_token_id": _scalar(metadata, "tokenizer.ggml.bos_token_id"),
         "eos_token_id": _scalar(metadata, "tokenizer.ggml.eos_token_id"),
     }
@@ -108,6 +166,7 @@ def gguf_config(metadata: dict) -> dict:
 
 def gguf_weights(weights: dict[str, mx.array], config: dict) -> tuple[dict[str, mx.array], dict]:
     """Rename to mlx-lm names, undo the Q/K permutation; returns (weights, quantization config)."""
+    _check_blocks(weights, config["num_hidden_layers"])
     out = {}
     for name, w in weights.items():
         if ".attn_q." in name:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 from ..errors import SpecstreamError
+from .gguf import gguf_tokens
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 
@@ -40,13 +41,24 @@ def gguf_tokenizer(metadata: dict):
         raise SpecstreamError(
             f"GGUF pre-tokenizer {pre!r} is not supported (known: {', '.join(_PRE_TOKENIZERS)})"
         )
-    tokens = metadata["tokenizer.ggml.tokens"]
-    merges = [tuple(m.split(" ", 1)) for m in metadata["tokenizer.ggml.merges"]]
+    tokens = gguf_tokens(metadata)
+    merges = metadata.get("tokenizer.ggml.merges")
+    if not isinstance(merges, list):
+        raise SpecstreamError("GGUF metadata has no BPE merges (tokenizer.ggml.merges)")
+    merges = [tuple(m.split(" ", 1)) for m in merges]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     types = metadata.get("tokenizer.ggml.token_type")
     types = types.tolist() if types is not None else [1] * len(tokens)
+    if len(types) != len(tokens):
+        raise SpecstreamError(
+            f"GGUF metadata has {len(types)} token types for {len(tokens)} tokens"
+        )
+    try:
+        bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad vocabulary or merge
+        raise SpecstreamError(f"GGUF tokenizer is unusable: {exc}") from None
 
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tok = Tokenizer(bpe)
     tok.pre_tokenizer = _PRE_TOKENIZERS[pre]
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,9 +147,6 @@ def _set_precision(model: nn.Module, precision: str) -> None:
 
 def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
     """Load a model (see the module docstring for names) in the precision the device wants."""
-    from mlx_lm.utils import load_model as mlx_lm_load_model
-    from mlx_lm.utils import load_tokenizer
-
     try:
         precision = resolve_precision(precision)
     except ValueError as exc:
@@ -156,21 +154,11 @@ def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
     path = resolve_model_path(name)
     warn_if_slow_blas()
     try:
-        model, config = mlx_lm_load_model(path)
-    except FileNotFoundError as exc:
-        raise SpecstreamError(f"cannot load model from {path}: {exc}") from None
-    except ValueError as exc:
-        raise SpecstreamError(f"cannot load model from {path}: {exc}") from None
-    except RuntimeError as exc:  # mx.load on a corrupt or truncated safetensors file
-        raise SpecstreamError(
-            f"cannot read the weights in {path}: corrupt or truncated ({exc})"
-        ) from None
-    _set_precision(model, precision)
-    mx.eval(model.parameters())
-    try:
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
-    except Exception as exc:  # transformers raises many types for broken tokenizer files
-        raise SpecstreamError(f"cannot load the tokenizer in {path}: {exc}") from None
+        model, config, tokenizer = _load_folder(path, precision)
+    except SpecstreamError:
+        if path.parent == cache_dir() / "models":  # converted from a GGUF that cannot load
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     context = config.get("max_position_embeddings") or config.get("max_seq_len") or 4096
     return LoadedModel(
         model=model,
@@ -182,3 +170,31 @@ def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
         context_length=int(context),
         eos_token_ids=set(tokenizer.eos_token_ids),
     )
+
+
+def _one_line(exc: Exception, limit: int = 300) -> str:
+    """mlx-lm's messages can list hundreds of parameters, one a line: one line, cut short."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _load_folder(path: Path, precision: str):
+    """(model, config, tokenizer) of an mlx-lm folder, every failure a one-line SpecstreamError."""
+    from mlx_lm.utils import load_model as mlx_lm_load_model
+    from mlx_lm.utils import load_tokenizer
+
+    try:
+        model, config = mlx_lm_load_model(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SpecstreamError(f"cannot load model from {path}: {_one_line(exc)}") from None
+    except RuntimeError as exc:  # mx.load on a corrupt or truncated safetensors file
+        raise SpecstreamError(
+            f"cannot read the weights in {path}: corrupt or truncated ({_one_line(exc)})"
+        ) from None
+    _set_precision(model, precision)
+    mx.eval(model.parameters())
+    try:
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as exc:  # transformers raises many types for broken tokenizer files
+        raise SpecstreamError(f"cannot load the tokenizer in {path}: {_one_line(exc)}") from None
+    return model, config, tokenizer

@@ -147,7 +147,7 @@ def made_for(name: str | os.PathLike, loaded) -> bool:
     try:
         config = json.loads((resolve_adapter(name) / CONFIG).read_text())
         return config["base_model"]["fingerprint"] == base_fingerprint(loaded)
-    except (OSError, ValueError, KeyError, TypeError, SpecstreamError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SpecstreamError):
         return False
 
 
@@ -282,7 +282,13 @@ def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> No
     fingerprint: `required=False` then leaves the check to the tensor shapes)."""
     if "base_model" not in config and not required:
         return
-    theirs = config.get("base_model", {}).get("fingerprint", {})
+    base = config.get("base_model", {})
+    if not isinstance(base, dict) or not isinstance(base.get("fingerprint", {}), dict):
+        raise SpecstreamError(
+            f"unreadable {folder / CONFIG}: base_model must be an object with a fingerprint "
+            f"object, got {json.dumps(base)[:80]}"
+        )
+    theirs = base.get("fingerprint", {})
     ours = base_fingerprint(loaded)
     problems = [
         f"base {key}: adapter has {theirs.get(key)!r}, model has {ours[key]!r}"
@@ -292,7 +298,7 @@ def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> No
     if problems:
         raise SpecstreamError(
             f"adapter {folder} was made for another base model "
-            f"({config.get('base_model', {}).get('name')}): " + "; ".join(problems)
+            f"({base.get('name')}): " + "; ".join(problems)
         )
 
 
