@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .chat_safety import encode_chat
 from .errors import SpecstreamError
 
 
@@ -23,7 +24,7 @@ def encode_prompt(loaded, prompt: str | list[dict], chat: bool | None = None) ->
     if use_chat:
         if not tokenizer.has_chat_template:
             raise SpecstreamError(f"model {loaded.name} has no chat template")
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return encode_chat(tokenizer, messages)  # typed special tokens stay text
     if not isinstance(prompt, str):
         raise SpecstreamError("chat messages need chat=True")
     return list(tokenizer.encode(prompt, add_special_tokens=True))
