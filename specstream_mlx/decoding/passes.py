@@ -178,9 +178,10 @@ class Passes:
         cap = keys[0].shape[2]
         depths, anc = shape[0], shape[1]
         h = arch.embed(tokens[None])  # (1, N, d)
+        low_mask = _buffer_mask(offset, cap, anc)  # (N, cap)
         with arch.positions(depths + offset):
             for layer, cache in zip(arch.layers[:n_low], caches[:n_low], strict=True):
-                h = layer(h, _buffer_mask(offset, cap, anc), cache)
+                h = layer(h, low_mask, cache)
         streams = None
         if params is not None:
             mask = mx.concatenate([_buffer_mask(offset, cap, shape[2]), shape[3]], axis=1)
