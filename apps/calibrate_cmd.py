@@ -49,6 +49,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import specstream_mlx as ss
     from specstream_mlx import calibration
+    from specstream_mlx.provenance import provenance
     from specstream_mlx.streams.adapter_io import resolve_adapter
 
     if args.measure_acceptance and not args.adapter:
@@ -65,6 +66,7 @@ def run(args) -> int:
         _write(calibration.curve_path(loaded), curve.to_dict())
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
+    out["provenance"] = provenance()  # the commit and versions of this run, the machine
     if args.adapter:
         params = loaded.streams
         if params is None:

@@ -1,10 +1,11 @@
 """One resident base model, many adapters: each request decodes with the adapter it names.
 
 Adapters are read and checked against the base once, kept in memory (least recently used ones
-dropped beyond `max_resident`, re-read on their next use), and put on the model per request
-without touching its weights: streams are swapped, shared-mode LoRA stays unfused and only its
-tensors are swapped. One lock serialises requests on the model, so threads (a server's requests)
-can share a manager safely: a request holds the model for the whole of its generation.
+dropped beyond `max_resident`, re-read on their next use), and put on the model per request:
+streams are swapped; shared-mode LoRA is fused into the weights, computed afresh from the
+untouched base at every swap (streams.lora.fuse_lora; unfused on a quantized base). One lock
+serialises requests on the model, so threads (a server's requests) can share a manager safely:
+a request holds the model for the whole of its generation.
 
     manager = AdapterManager(ss.load())          # the shipped adapters registered by name
     with manager.use("sql") as loaded:

@@ -21,6 +21,7 @@ METHOD_KEYS = {
     "name", "adapter", "speedup_vs_ar", "tokens_per_second", "mean_accepted_tokens",
     "forward_passes", "quality", "identical_to_ar", "extra_params", "peak_memory_mb",
     "prefill_seconds", "decode_seconds", "generated_tokens", "samples", "per_category", "tree",
+    "ran",
 }  # fmt: skip
 
 
@@ -54,8 +55,10 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     )
     report = run_bench(config)
     json.dumps(report)  # serialisable as is
-    assert set(report) == {"suite", "machine", "config", "methods", "unavailable"}
+    assert set(report) == {"suite", "machine", "provenance", "config", "methods", "unavailable"}
     assert {"platform", "backend", "blas", "mlx", "mlx_lm"} <= set(report["machine"])
+    assert report["provenance"]["versions"]["mlx"] == report["machine"]["mlx"]
+    assert report["provenance"]["commit"] is None or len(report["provenance"]["commit"]) >= 40
     assert report["config"]["methods"] == ["ar", "ss", "pld", "ss+pld", "mlx-lm"]
     assert "draft-model" in report["unavailable"]
     by_name = {m["name"]: m for m in report["methods"]}
@@ -76,6 +79,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
     # the speculative decoders report their tree (this adapter has no acceptance statistics)
     assert by_name["ss"]["tree"]["source"] == "adapter" and by_name["ar"]["tree"] is None
+    assert by_name["ss"]["ran"] == ["ss"] and by_name["mlx-lm"]["ran"] == ["mlx-lm"]
     # memory: each method's own weights at least (not every model the process holds)
     weights_mb = sum(v.nbytes for _, v in tree_flatten(ss.load(config.model).model.parameters()))
     for m in by_name.values():

@@ -49,6 +49,7 @@ class Sample:
     accepted_tokens: int  # tokens the passes decided (tau = accepted / passes)
     peak_memory_mb: float
     tree: dict | None = None  # the draft tree the speculative decoders used (stats.tree)
+    ran: str = ""  # the decoder that actually ran (stats.decoder; mlx-lm: "mlx-lm")
 
     @property
     def decode_seconds(self) -> float:
@@ -118,6 +119,7 @@ def _ours(method: Method, prompt_ids, max_tokens, sampling, start) -> Sample:
         stats.accepted_tokens,
         0.0,
         stats.tree,
+        stats.decoder,
     )
 
 
@@ -140,7 +142,8 @@ def _mlx_lm(loaded, prompt_ids, max_tokens, sampling, start) -> Sample:
             break
         tokens.append(response.token)
     n = len(tokens) + stopped  # one token per pass
-    return Sample(tokens, "".join(pieces), time.perf_counter() - start, first or 0.0, n, n, 0.0)
+    wall = time.perf_counter() - start
+    return Sample(tokens, "".join(pieces), wall, first or 0.0, n, n, 0.0, None, "mlx-lm")
 
 
 def stream_parameter_count(loaded: LoadedModel) -> int:

@@ -5,6 +5,7 @@ The JSON schema (stable; new keys may be added, none renamed):
 
     {"suite": str,
      "machine": {"platform", "processor", "python", "backend", "blas", "mlx", "mlx_lm"},
+     "provenance": {"commit", "versions": {package: version}, "machine": {...}},
      "config": {"suite", "data", "limit", "max_tokens", "methods", "adapter", "temp", "model",
                 "precision", "medusa", "lora", "tree"},
      "methods": [{"name", "adapter", "speedup_vs_ar", "tokens_per_second",
@@ -13,10 +14,13 @@ The JSON schema (stable; new keys may be added, none renamed):
                   "prefill_seconds", "decode_seconds", "generated_tokens", "samples",
                   "tree": the speculative decoders' draft tree (generate --json's stats.tree)
                           or null,
+                  "ran": [the decoders that actually ran, e.g. ["ar"] for an ss whose
+                          calibrated tree is empty],
                   "per_category": {category: {the same metrics but the per-method constants}}}],
      "unavailable": {method: why it was not run}}
 
-speedup_vs_ar is the median over prompts of ar's wall time over the method's (prefill included);
+speedup_vs_ar is the median over prompts of ar's wall time over the method's (prefill included:
+not the decode-only tokens/s ratio `generate --compare` prints);
 peak_memory_mb is the method's own tensors (its model with any LoRA, the streams it runs, a
 drafter's heads) plus the most MLX allocated beyond what was resident when each run started (KV
 cache, activations), the largest over its runs; other models the process holds do not count;
@@ -50,8 +54,10 @@ def markdown(report: dict) -> str:
     ]
     for m in report["methods"]:
         identical = "-" if m["identical_to_ar"] is None else m["identical_to_ar"]
+        ran = m.get("ran") or [m["name"]]
+        name = m["name"] if ran == [m["name"]] else f"{m['name']} (ran {', '.join(ran)})"
         lines.append(
-            f"| {m['name']} | {m['adapter'] or '-'} | {m['speedup_vs_ar']} | "
+            f"| {name} | {m['adapter'] or '-'} | {m['speedup_vs_ar']} | "
             f"{m['tokens_per_second']} | {m['mean_accepted_tokens']} | {m['forward_passes']} | "
             f"{_quality(m['quality'])} | {identical} | {m['extra_params']} | "
             f"{m['peak_memory_mb']} | {m['prefill_seconds']} | {m['decode_seconds']} |"

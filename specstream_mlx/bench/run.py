@@ -12,6 +12,7 @@ from importlib.metadata import version
 from ..backend import device_name, preload_blas
 from ..errors import SpecstreamError
 from ..prompts import encode_prompt
+from ..provenance import provenance
 from ..sampling import SamplingParams
 from .methods import UNAVAILABLE, Method, Sample, check_methods, make_methods
 from .suites import SUITES, Question, read_suite
@@ -153,6 +154,8 @@ def report(
         row["peak_memory_mb"] = round(max(t.samples[m.name].peak_memory_mb for t in turns), 1)
         trees = [t.samples[m.name].tree for t in turns if t.samples[m.name].tree is not None]
         row["tree"] = trees[0] if trees else None  # chosen once per run
+        # what actually ran (a lossless ss whose calibrated tree is empty decodes as ar)
+        row["ran"] = sorted({t.samples[m.name].ran for t in turns})
         row["per_category"] = {
             c: _summary(config.suite, m.name, [t for t in turns if t.category == c], sampled)
             for c in categories
@@ -161,6 +164,7 @@ def report(
     return {
         "suite": config.suite,
         "machine": machine(),
+        "provenance": provenance(),
         "config": {**asdict(config), "methods": list(config.methods), "adapter": adapter},
         "methods": rows,
         "unavailable": UNAVAILABLE,

@@ -254,9 +254,9 @@ def attach(adapter: Adapter | None, loaded) -> None:
 
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
     """Read an adapter folder (or shipped adapter name) for `loaded` and put it on the model: a
-    shared-mode adapter puts its LoRA layers on `loaded.model` (unfused; any LoRA layers already
-    there are replaced); a lossless one takes them off. An mlx-lm LoRA folder (the next-token
-    baseline) puts its LoRA layers on and returns None: no streams. Nothing changes when the
+    shared-mode adapter puts its LoRA on `loaded.model` (fused into a float base, see `attach`;
+    whatever LoRA was on is replaced); a lossless one takes it off. An mlx-lm LoRA folder (the
+    next-token baseline) puts its LoRA on and returns None: no streams. Nothing changes when the
     folder does not fit."""
     adapter = read_adapter(folder, loaded)
     streams, source = loaded.streams, loaded.adapter

@@ -1,6 +1,7 @@
-"""Shared-mode LoRA: low-rank adapters on every linear layer of every block, kept unfused
-(mlx-lm's LoRALinear wraps the base layer, whose weights are never changed), so the base stays
-intact and an adapter can be taken off again."""
+"""Shared-mode LoRA: low-rank adapters on every linear layer of every block. Trained (and run on a
+quantized base) unfused: mlx-lm's LoRALinear wraps the base layer, whose weights never change.
+Decoded on a float base fused (`fuse_lora`): W0 + s * (a @ b)^T in the Linear itself, the
+untouched W0 kept aside and put back by `unfuse_lora`, so the base never drifts."""
 
 from __future__ import annotations
 
