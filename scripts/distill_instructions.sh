@@ -5,7 +5,8 @@
 # the background at the lowest CPU priority and takes hours on the 2-core dev machine; run this
 # script again at any time to continue where the output stops (rows already there are skipped).
 #
-#   scripts/distill_instructions.sh        # start, or resume; returns at once
+#   scripts/distill_instructions.sh              # start, or resume; returns at once
+#   SPLIT=dev scripts/distill_instructions.sh    # the dev slice's answers (364 rows), for validation
 #
 # which runs, from the repository root:
 #   nohup nice -n 19 ./dev.sh specstream distill --instructions --split train \
@@ -13,23 +14,25 @@
 #       --out ../runs/distill/instructions_train.jsonl >> ../runs/distill/log.txt 2>&1 &
 #   echo $! > ../runs/distill/pid
 #
-# Files, outside the repository: ../runs/distill/instructions_train.jsonl (one row per prompt:
-# prompt, completion, source, category, tokens, capped, loop, degenerate), log.txt (one line per
-# batch of rows: counts, rows/s, answer tokens/s, ETA) and pid. While timing something else:
+# Files, outside the repository: ../runs/distill/instructions_$SPLIT.jsonl (one row per prompt:
+# prompt, completion, source, category, tokens, capped, loop, loop_tail, degenerate), log.txt (one
+# line per batch of rows: counts, rows/s, answer tokens/s, ETA) and pid. While timing something:
 #   kill -STOP "$(cat ../runs/distill/pid)"   ...   kill -CONT "$(cat ../runs/distill/pid)"
 # Stop it with kill "$(cat ../runs/distill/pid)": written rows stay; the answers in flight are lost
 # and generated again on the next run. Keep --max-tokens the same across runs (rows record
-# `capped`). Settings: SPECSTREAM_DATA, RUN_DIR, MAX_TOKENS, BATCH_SIZE, LIMIT (the first N train
-# prompts; default all), FOREGROUND=1 (run here, with a progress bar on a terminal).
+# `capped`). One distillation runs at a time (the PID file says which). Settings: SPLIT (train or
+# dev), SPECSTREAM_DATA, RUN_DIR, MAX_TOKENS, BATCH_SIZE, LIMIT (the first N prompts of the split;
+# default all), FOREGROUND=1 (run here, with a progress bar on a terminal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 RUN_DIR=${RUN_DIR:-../runs/distill}
+SPLIT=${SPLIT:-train}
 MAX_TOKENS=${MAX_TOKENS:-160}
 BATCH_SIZE=${BATCH_SIZE:-32}
 mkdir -p "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
-OUT=$RUN_DIR/instructions_train.jsonl
+OUT=$RUN_DIR/instructions_$SPLIT.jsonl
 PID_FILE=$RUN_DIR/pid
 
 if [ -f "$PID_FILE" ]; then
@@ -41,7 +44,7 @@ if [ -f "$PID_FILE" ]; then
     fi
 fi
 
-cmd=(./dev.sh specstream distill --instructions --split train --data-dir "$DATA_DIR"
+cmd=(./dev.sh specstream distill --instructions --split "$SPLIT" --data-dir "$DATA_DIR"
     --max-tokens "$MAX_TOKENS" --batch-size "$BATCH_SIZE" --out "$OUT")
 if [ -n "${LIMIT:-}" ]; then
     cmd+=(--limit "$LIMIT")
