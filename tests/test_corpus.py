@@ -137,3 +137,20 @@ def test_training_reader_skips_degenerate_rows(tiny, tmp_path):
     data = load_dataset(path, tiny.tokenizer)
     assert len(data) == 2 and data.summary["skipped_degenerate"] == 1
     assert data.summary["sources"] == {"x@1": 1, "y@2": 1}
+
+
+def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):
+    from specstream_apps.cli import build_parser
+    from specstream_apps.distill_cmd import source_prompts
+
+    rows = [
+        {"prompt": f"question {i}?", "source": f"r@{i % 2}", "category": "c"} for i in range(300)
+    ]
+    path = tmp_path / "i.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["distill", "--instructions", str(path), "--out", "o.jsonl"]
+    args = build_parser().parse_args(argv + ["--split", "dev", "--limit", "3"])
+    dev = source_prompts(args)
+    assert len(dev) == 3 and all(is_dev(it.prompt) and it.source for it in dev)
+    train = source_prompts(build_parser().parse_args(argv))
+    assert len(train) == 300 - len(instructions_split(path, "dev"))
