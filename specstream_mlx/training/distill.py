@@ -111,7 +111,10 @@ def distill(
                     ids = [encode_prompt(loaded, it.prompt) for it in chunk]
                     uids = gen.insert(ids, [max_tokens] * len(chunk))
                     pending.update({u: (it, []) for u, it in zip(uids, chunk, strict=True)})
-                for r in gen.next_generated():
+                responses = gen.next_generated()
+                if not responses and not queue:  # nothing left to decode, answers unfinished
+                    raise SpecstreamError(f"the generator stopped with {len(pending)} in flight")
+                for r in responses:
                     item, tokens = pending[r.uid]
                     if r.finish_reason != "stop":  # the end token itself is not kept
                         tokens.append(r.token)
