@@ -6,7 +6,7 @@
 # script again at any time to continue where the output stops (rows already there are skipped).
 #
 #   scripts/distill_instructions.sh              # start, or resume; returns at once
-#   SPLIT=dev scripts/distill_instructions.sh    # the dev slice's answers (364 rows), for validation
+#   SPLIT=dev scripts/distill_instructions.sh    # the dev slice's answers (449 rows), for validation
 #
 # which runs, from the repository root:
 #   nohup nice -n 19 ./dev.sh specstream distill --instructions --split train \
