@@ -3,9 +3,8 @@ streams."""
 
 from __future__ import annotations
 
-import sys
-
 from .args import add_model_args, positive_int
+from .progress import Progress, shows_bar
 
 HELP = "generate the base model's greedy answers for prompts (batched)"
 
@@ -20,42 +19,96 @@ def add_parser(subparsers) -> None:
         metavar="N",
         help="build N varied chat prompts from --data-dir (the `chat` adapter mix)",
     )
+    src.add_argument(
+        "--instructions",
+        nargs="?",
+        const="",
+        metavar="JSONL",
+        help="the instruction prompts (default: DATA_DIR/instructions/instructions.jsonl), "
+        "their --split part; rows keep each prompt's source and category",
+    )
+    p.add_argument(
+        "--split",
+        choices=["train", "dev"],
+        default="train",
+        help="--instructions: train, or the fixed dev slice that training never sees",
+    )
+    p.add_argument(
+        "--limit", type=positive_int, default=None, help="the first N prompts of the source"
+    )
     p.add_argument(
         "--data-dir", default="../shared/data", help="real data sets (default: ../shared/data)"
     )
     p.add_argument(
         "--out",
         required=True,
-        help="jsonl to append prompt+completion rows to (an interrupted run resumes)",
+        help="jsonl to append rows to (an interrupted run resumes where it stopped)",
     )
     add_model_args(p)
     p.add_argument("--max-tokens", type=positive_int, default=160)
-    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sequences decoded at once")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar or per-batch lines: a summary only"
+    )
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def source_prompts(args) -> list:
+    """The prompts of the chosen source, as Instructions (prompt, source, category)."""
+    from pathlib import Path
+
     import specstream_mlx as ss
-    from specstream_mlx.training.chat_prompts import build_chat_prompts
+    from specstream_mlx.training.chat_prompts import build_chat_mix
     from specstream_mlx.training.data import read_jsonl
-    from specstream_mlx.training.distill import distill
+    from specstream_mlx.training.instructions import FILE, Instruction, instructions_split
 
     if args.prompts:
         rows = read_jsonl(args.prompts)
         missing = [i for i, r in enumerate(rows, 1) if not isinstance(r.get("prompt"), str)]
         if missing:
             raise ss.SpecstreamError(f"rows without a prompt string: {missing[:10]}")
-        prompts = [r["prompt"] for r in rows]
+        name = Path(args.prompts).name
+        items = [
+            Instruction(r["prompt"], str(r.get("source", name)), str(r.get("category", "")))
+            for r in rows
+        ]
+    elif args.instructions is not None:
+        items = instructions_split(args.instructions or Path(args.data_dir) / FILE, args.split)
     else:
-        prompts = build_chat_prompts(args.data_dir, args.chat_prompts, args.seed)
+        mix = build_chat_mix(args.data_dir, args.chat_prompts, args.seed)
+        items = [Instruction(p, f"chat-mix@seed{args.seed}", c) for c, p in mix]
+    return items[: args.limit]
+
+
+def run(args) -> int:
+    import specstream_mlx as ss
+    from specstream_mlx.training.distill import distill
+
+    prompts = source_prompts(args)
     loaded = ss.load(args.model, precision=args.precision)
-    distill(
-        loaded,
-        prompts,
-        args.out,
-        args.max_tokens,
-        args.batch_size,
-        log=lambda s: print(s, file=sys.stderr, flush=True),
-    )
+    bar = Progress("rows", "distill", args.quiet)
+
+    def on_row(stats):
+        bar.update(
+            stats.rows,
+            stats.total,
+            tokens_s=f"{stats.tokens_per_second:.0f}",
+            capped=stats.capped,
+            degenerate=stats.degenerate,
+        )
+
+    try:
+        distill(
+            loaded,
+            prompts,
+            args.out,
+            args.max_tokens,
+            args.batch_size,
+            log=bar.log,
+            on_row=on_row,
+            log_every=0 if args.quiet or shows_bar() else None,
+        )
+    finally:
+        bar.close()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from .args import add_model_args, non_negative_int, positive_int
+from .progress import Progress, shows_bar
 
 HELP = "train a speculative-stream adapter"
 
@@ -67,7 +68,30 @@ def add_parser(subparsers) -> None:
     p.add_argument("--checkpoint-every", type=positive_int, default=25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an existing adapter folder")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar or per-step lines (validations and the summary still print)",
+    )
     p.set_defaults(run=run)
+
+
+def step_progress(bar: Progress):
+    """train's on_step callback: steps, loss and tokens/s on the bar."""
+    totals = {"tokens": 0, "seconds": 0.0}
+
+    def on_step(report) -> None:
+        totals["tokens"] += report.tokens
+        totals["seconds"] += report.seconds
+        bar.update(
+            report.step,
+            report.steps,
+            first=report.step - 1,
+            loss=f"{report.loss:.3f}",
+            tokens_s=f"{totals['tokens'] / totals['seconds']:.0f}",
+        )
+
+    return on_step
 
 
 def run(args) -> int:
@@ -131,16 +155,22 @@ def run(args) -> int:
         f"{len(val)} validation, {cfg.steps} steps x {cfg.batch_size}",
         file=sys.stderr,
     )
-    progress = train(
-        loaded,
-        params,
-        data,
-        val,
-        out,
-        cfg,
-        log=lambda s: print(s, file=sys.stderr, flush=True),
-        medusa=heads,
-    )
+    bar = Progress("step", "train", args.quiet)
+    try:
+        progress = train(
+            loaded,
+            params,
+            data,
+            val,
+            out,
+            cfg,
+            log=bar.log,
+            medusa=heads,
+            on_step=step_progress(bar),
+            log_steps=not (args.quiet or shows_bar()),
+        )
+    finally:
+        bar.close()
     last = dict(progress["validations"][-1]) if progress["validations"] else {}
     acceptance = last.pop("acceptance", None)  # its own file in the adapter folder
     extra = {

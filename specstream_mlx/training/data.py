@@ -5,10 +5,13 @@ completions only.
 - {"prompt": ..., "completion": ...}: the prompt through the chat template as a user turn, the
   completion as the assistant's answer; loss on the completion.
 - {"text": ...}: raw text, loss everywhere.
+
+Rows flagged "degenerate": true (distilled answers that loop, training/distill.py) are skipped.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,13 +101,18 @@ def load_dataset(
 ) -> Dataset:
     """Tokenize a jsonl file, or with `task` (summarize | data2text | sql) a data file in the
     shape of ../shared/data rendered with that writing tool's prompt template. Examples longer
-    than max_length are cut (and counted)."""
+    than max_length are cut (and counted); rows flagged degenerate are skipped (and counted)."""
+    degenerate = 0
     if task:
         from ..tasks import read_task_examples
 
         rows = [ex.row() for ex in read_task_examples(task, path)]
     else:
         rows = read_jsonl(path)
+        kept = [r for r in rows if r.get("degenerate") is not True]
+        degenerate, rows = len(rows) - len(kept), kept
+    # attribution travels with what is trained on the data (adapter_config.json's training.data)
+    sources = Counter(r["source"] for r in rows if isinstance(r.get("source"), str))
     examples, truncated = [], 0
     for row in rows:
         ex = encode_row(tokenizer, row)
@@ -123,6 +131,9 @@ def load_dataset(
         "tokens": sum(len(e.ids) for e in examples),
         "target_tokens": targets,
         "truncated": truncated,
+        "skipped_degenerate": degenerate,
         "max_length": max_length,
     }
+    if sources:
+        summary["sources"] = dict(sorted(sources.items()))
     return Dataset(examples, str(path), truncated, summary)

@@ -1,59 +1,184 @@
-"""Distillation data: the base model's own greedy answers, generated in batches (many
-sequences per forward pass cost far less per token on a CPU than one at a time)."""
+"""Distillation data: the base model's own greedy answers, generated with continuous batching
+(many sequences per forward pass cost far less per token on a CPU than one at a time; a finished
+sequence's slot is refilled at once, so no batch waits for its longest answer).
+
+Output rows, one JSON object a line:
+    {"prompt", "completion", "source", "category", "tokens", "capped", "loop", "loop_tail",
+     "degenerate"}
+`tokens` counts the answer's tokens, `capped` is true when it stopped at max_tokens rather than
+at an end token, `loop` and `loop_tail` are how much of it and of its second half is a loop
+(training/degenerate.py), and `degenerate` marks rows that training readers skip (they stay in
+the file so that a resume does not generate them again).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import SpecstreamError
 from ..prompts import encode_prompt
+from .degenerate import find_loop
+from .instructions import Instruction
+
+
+@dataclass
+class DistillStats:
+    """What a distill call has done so far (rows written by this call only)."""
+
+    total: int  # rows this call set out to write
+    rows: int = 0
+    tokens: int = 0  # answer tokens
+    capped: int = 0
+    degenerate: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    def line(self) -> str:
+        eta = (self.total - self.rows) / self.rows_per_second if self.rows else float("nan")
+        return (
+            f"distill: {self.rows}/{self.total} rows, {self.tokens} answer tokens in "
+            f"{self.seconds:.0f} s ({self.rows_per_second:.3f} rows/s, "
+            f"{self.tokens_per_second:.1f} tokens/s), {self.capped} capped, "
+            f"{self.degenerate} degenerate, ETA {_duration(eta)}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:  # nan
+        return "?"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def distill(
     loaded,
-    prompts: list[str],
+    prompts: Iterable[Instruction | str],
     out_path: str | Path,
     max_tokens: int = 160,
     batch_size: int = 32,
     log: Callable[[str], None] = print,
-) -> Path:
-    """Append {"prompt", "completion"} rows to out_path; prompts already there are skipped, so
-    an interrupted run resumes. Each batch is written and flushed as one block of lines."""
-    from mlx_lm.generate import batch_generate
+    on_row: Callable[[DistillStats], None] | None = None,
+    log_every: int | None = None,
+) -> DistillStats:
+    """Append one row per prompt to out_path (module docstring); prompts already there are
+    skipped, so an interrupted run resumes, and a partial last line is cut off first. Each row
+    is written as one whole line and flushed when its answer ends (synced to disk every
+    `batch_size` rows): a crash loses only the answers in flight. `batch_size` sequences decode
+    together. `on_row(stats)` follows every row; `log` gets a line every `log_every` rows
+    (default: batch_size; 0: only the first and last lines)."""
+    from mlx_lm.generate import BatchGenerator
 
+    items = [Instruction(p, "", "") if isinstance(p, str) else p for p in prompts]
     out_path = Path(out_path)
-    done = set()
-    if out_path.exists():
-        lines = out_path.read_text().splitlines()
-        rows = [json.loads(ln) for ln in lines if _is_row(ln)]
-        if len(rows) != len(lines):  # a partial last line from an interruption
-            out_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        done = {r["prompt"] for r in rows}
-    todo = [p for p in dict.fromkeys(prompts) if p not in done]
-    log(f"distill: {len(done)} done, {len(todo)} to generate")
-    eos = loaded.eos_token_ids
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        ids = [encode_prompt(loaded, p) for p in batch]
-        result = batch_generate(
-            loaded.model, loaded.tokenizer, ids, max_tokens=max_tokens, return_token_ids=True
-        )
-        lines = []
-        for prompt, tokens in zip(batch, result.token_ids, strict=True):
-            if tokens and tokens[-1] in eos:
-                tokens = tokens[:-1]
-            lines.append(
-                json.dumps({"prompt": prompt, "completion": loaded.tokenizer.decode(tokens)})
-            )
+    done = read_done(out_path)
+    todo, seen = [], set(done)
+    for it in items:  # the first of repeated prompts
+        if it.prompt not in seen:
+            seen.add(it.prompt)
+            todo.append(it)
+    log(f"distill: {len(done)} rows in {out_path}, {len(todo)} to generate")
+    stats = DistillStats(total=len(todo))
+    every = batch_size if log_every is None else log_every
+    if not todo:
+        return stats
+    gen = BatchGenerator(
+        loaded.model,
+        stop_tokens=[[t] for t in sorted(loaded.eos_token_ids)],
+        completion_batch_size=batch_size,
+        prefill_batch_size=min(batch_size, 8),
+    )
+    queue, pending = deque(todo), {}  # uid -> (item, answer tokens so far)
+    start = time.perf_counter()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
         with open(out_path, "a", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in lines))
-            f.flush()
-        log(f"distill: {min(start + batch_size, len(todo))}/{len(todo)}")
-    return out_path
+            while queue or pending:
+                if queue and len(pending) < 2 * batch_size:  # keep the next slots' prompts ready
+                    chunk = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
+                    ids = [encode_prompt(loaded, it.prompt) for it in chunk]
+                    uids = gen.insert(ids, [max_tokens] * len(chunk))
+                    pending.update({u: (it, []) for u, it in zip(uids, chunk, strict=True)})
+                responses = gen.next_generated()
+                if not responses and not queue:  # nothing left to decode, answers unfinished
+                    raise SpecstreamError(f"the generator stopped with {len(pending)} in flight")
+                for r in responses:
+                    item, tokens = pending[r.uid]
+                    if r.finish_reason != "stop":  # the end token itself is not kept
+                        tokens.append(r.token)
+                    if r.finish_reason is None:
+                        continue
+                    del pending[r.uid]
+                    row = make_row(loaded.tokenizer, item, tokens, r.finish_reason == "length")
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    stats.rows += 1
+                    stats.tokens += row["tokens"]
+                    stats.capped += row["capped"]
+                    stats.degenerate += row["degenerate"]
+                    stats.seconds = time.perf_counter() - start
+                    if stats.rows % batch_size == 0:
+                        os.fsync(f.fileno())
+                    if on_row:
+                        on_row(stats)
+                    if every and stats.rows % every == 0 and stats.rows < stats.total:
+                        log(stats.line())
+            os.fsync(f.fileno())
+    finally:
+        gen.close()
+    log(stats.line())
+    return stats
 
 
-def _is_row(line: str) -> bool:
+def make_row(tokenizer, item: Instruction, tokens: list[int], capped: bool) -> dict:
+    """One output row for an answer (its token ids, the end token left out)."""
+    completion = tokenizer.decode(tokens)
+    loop = find_loop(completion)
+    return {
+        "prompt": item.prompt,
+        "completion": completion,
+        "source": item.source,
+        "category": item.category,
+        "tokens": len(tokens),
+        "capped": capped,
+        "loop": round(loop.whole, 3),
+        "loop_tail": round(loop.tail, 3),
+        "degenerate": loop.degenerate,
+    }
+
+
+def read_done(out_path: Path) -> set[str]:
+    """Prompts already answered in out_path. A partial last line (an interrupted write) is cut
+    off; any other malformed line is an error, never silently dropped."""
+    if not out_path.exists():
+        return set()
+    data = out_path.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: bytes after the last newline
+    bad = [n for n, ln in enumerate(lines, 1) if ln.strip() and not _is_row(ln)]
+    if bad:
+        raise SpecstreamError(
+            f"malformed rows in {out_path} (lines {bad[:10]}): fix or move the file; nothing "
+            "was changed"
+        )
+    if tail.strip():
+        with open(out_path, "r+b") as f:
+            f.truncate(len(data) - len(tail))
+    return {json.loads(ln)["prompt"] for ln in lines if ln.strip()}
+
+
+def _is_row(line: bytes) -> bool:
     try:
         row = json.loads(line)
     except ValueError:

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +51,17 @@ class TrainConfig:
     seed: int = 0
     segment: int = 64  # stream positions per sequence per step (a random run); 0 = all
     lora_learning_rate: float = 5e-5  # shared mode's LoRA layers (at mlx-lm's scale 20)
+
+
+@dataclass
+class StepReport:
+    """What `train` tells its `on_step` callback after each optimizer step."""
+
+    step: int  # steps done, this call's and a resumed checkpoint's
+    steps: int  # cfg.steps
+    loss: float
+    tokens: int  # tokens of the step's sequences
+    seconds: float  # the step's own time
 
 
 @dataclass
@@ -371,6 +383,8 @@ def train(
     stop_after: int | None = None,
     feature_cache_bytes: int = 3 << 30,
     medusa=None,
+    on_step: Callable[[StepReport], None] | None = None,
+    log_steps: bool = True,
 ) -> dict:
     """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
     trains LoRA layers on `loaded.model` too (put there with `apply_lora` first). params=None
@@ -380,6 +394,8 @@ def train(
     steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
     the frozen base's features of up to `feature_cache_bytes` of training sequences between
     epochs. `medusa` (MedusaHeads, params None) trains Medusa-1 heads on the frozen base instead.
+    `on_step` follows every step (a progress bar); `log_steps=False` leaves the per-step line
+    out of `log` (validations and resumes are still logged).
     Returns the progress record: losses, validations, timing.
     """
     out_dir = Path(out_dir)
@@ -471,10 +487,14 @@ def train(
         progress["seconds"] += seconds
         progress["target_tokens"] += tokens
         progress["history"].append({"step": progress["step"], "loss": round(loss.item(), 4)})
-        log(
-            f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll ({objective.terms}) "
-            f"[{', '.join(f'{x:.2f}' for x in nll)}] {tokens / seconds:.0f} tokens/s"
-        )
+        if log_steps:
+            log(
+                f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll "
+                f"({objective.terms}) [{', '.join(f'{x:.2f}' for x in nll)}] "
+                f"{tokens / seconds:.0f} tokens/s"
+            )
+        if on_step:
+            on_step(StepReport(progress["step"], cfg.steps, loss.item(), tokens, seconds))
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
             v = objective.validate()
             progress["validations"].append({"step": progress["step"], **v})

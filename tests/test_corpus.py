@@ -1,0 +1,156 @@
+"""The distilled corpus: the instructions' fixed dev slice, the loop filter, resumable distill."""
+
+import json
+from collections import Counter
+
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.training.data import load_dataset
+from specstream_mlx.training.degenerate import find_loop, is_degenerate
+from specstream_mlx.training.distill import distill, make_row
+from specstream_mlx.training.instructions import (
+    DEV_FRACTION,
+    FILE,
+    Instruction,
+    instructions_split,
+    is_dev,
+    read_instructions,
+)
+
+from .conftest import DATA
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_folders):
+    return ss.load(str(tiny_folders["llama"]))
+
+
+def test_dev_slice_is_fixed_by_the_prompt_text_alone(tmp_path):
+    rows = [{"prompt": f"question number {i}?", "source": "s", "category": "c"} for i in range(400)]
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dev = {r.prompt for r in instructions_split(path, "dev")}
+    assert all(is_dev(p) for p in dev)
+    # the file grows and is reordered: the old prompts keep their side
+    more = rows[::-1] + [{"prompt": f"another one {i}"} for i in range(400)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in more))
+    grown_dev = {r.prompt for r in instructions_split(path, "dev")}
+    assert grown_dev & {r["prompt"] for r in rows} == dev
+    train = {r.prompt for r in instructions_split(path, "train")}
+    assert not train & grown_dev and len(train) + len(grown_dev) == 800
+    assert 0 < len(grown_dev) < 0.1 * 800
+
+
+def test_the_real_dev_slice_has_hundreds_of_prompts_from_every_category():
+    path = DATA / FILE
+    if not path.is_file():
+        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
+    everything = read_instructions(path)
+    dev, train = instructions_split(path, "dev"), instructions_split(path, "train")
+    assert len(dev) >= 300 and len(dev) + len(train) == len(everything)
+    assert not {r.prompt for r in dev} & {r.prompt for r in train}
+    per_category, dev_per_category = (
+        Counter(r.category for r in rows) for rows in (everything, dev)
+    )
+    for category, n in per_category.items():  # a share of every category, about DEV_FRACTION
+        assert 0 < dev_per_category[category] < 3 * DEV_FRACTION * n + 5, category
+    assert all(r.source for r in everything)
+
+
+LOOPS = [
+    "The free energy principle is related to " + "-X" * 120,
+    "I like cats. " * 20,
+    "Sure! " + "The answer is yes, it is. The answer is no, it is not. " * 8,
+    "Step 1: open the box.\n"
+    + "".join(f"Step {i}: open the box and look inside.\n" for i in range(9)),
+    "1. Apple\n2. Banana\n" + "3. Cherry\n" * 12,
+]
+NOT_LOOPS = [
+    "The sky looks blue because air molecules scatter short wavelengths of sunlight more than "
+    "long ones (Rayleigh scattering), so blue light reaches our eyes from every direction.",
+    "def f(xs):\n        total = 0\n        for x in xs:\n            if x > 0:\n"
+    "                total += x\n        return total\n",
+    "1. Apple\n2. Banana\n3. Cherry\n4. Dates\n5. Elderberry\n6. Fig\n7. Grape\n",
+    "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\nThe table lists two rows of numbers.",
+    "Yes. Yes. Yes.",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", LOOPS)
+def test_answers_that_loop_are_degenerate(text):
+    assert is_degenerate(text), find_loop(text)
+
+
+@pytest.mark.parametrize("text", NOT_LOOPS)
+def test_ordinary_answers_are_not_degenerate(text):
+    assert not is_degenerate(text), find_loop(text)
+
+
+class _Letters:
+    """A tokenizer stand-in: token i decodes to letter i."""
+
+    def decode(self, ids):
+        return "".join(chr(ord("a") + i) for i in ids)
+
+
+def test_rows_record_attribution_the_cap_and_the_loop_flag():
+    item = Instruction("p", "owner/repo@abc", "coding")
+    row = make_row(_Letters(), item, [23, 1] * 40, capped=True)  # "xbxbxb..."
+    assert row["degenerate"] and row["capped"] and row["tokens"] == 80
+    assert (row["source"], row["category"], row["prompt"]) == ("owner/repo@abc", "coding", "p")
+    assert not make_row(_Letters(), item, [0, 1, 2], capped=False)["degenerate"]
+
+
+def test_distill_resumes_repairs_a_cut_line_and_never_drops_rows(tiny, tmp_path):
+    out = tmp_path / "d.jsonl"
+    prompts = [Instruction(f"count from {i}", "src@1", "cat") for i in range(7)]
+    stats = distill(tiny, prompts[:4], out, max_tokens=6, batch_size=2, log=lambda s: None)
+    assert stats.rows == 4 and stats.tokens <= 24
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert {r["prompt"] for r in rows} == {p.prompt for p in prompts[:4]}
+    assert all(r["source"] == "src@1" and r["tokens"] <= 6 for r in rows)
+    with open(out, "a") as f:
+        f.write('{"prompt": "count from 5", "compl')  # a write cut by a crash
+    seen = []
+    distill(tiny, prompts + prompts[:2], out, 6, 3, log=lambda s: None, on_row=seen.append)
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert sorted(r["prompt"] for r in rows) == sorted(p.prompt for p in prompts)
+    assert len(seen) == 3 and seen[-1].rows == 3
+    with open(out, "a") as f:  # a malformed complete line: an error, the file left as it is
+        f.write("not json\n")
+    before = out.read_bytes()
+    with pytest.raises(ss.SpecstreamError, match="malformed"):
+        distill(tiny, prompts, out, 6, 3, log=lambda s: None)
+    assert out.read_bytes() == before
+
+
+def test_training_reader_skips_degenerate_rows(tiny, tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"prompt": "a", "completion": "fine answer", "source": "x@1", "degenerate": False},
+        {"prompt": "b", "completion": "-X" * 30, "source": "x@1", "degenerate": True},
+        {"prompt": "c", "completion": "another answer", "source": "y@2"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = load_dataset(path, tiny.tokenizer)
+    assert len(data) == 2 and data.summary["skipped_degenerate"] == 1
+    assert data.summary["sources"] == {"x@1": 1, "y@2": 1}
+
+
+def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):
+    from specstream_apps.cli import build_parser
+    from specstream_apps.distill_cmd import source_prompts
+
+    rows = [
+        {"prompt": f"question {i}?", "source": f"r@{i % 2}", "category": "c"} for i in range(300)
+    ]
+    path = tmp_path / "i.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["distill", "--instructions", str(path), "--out", "o.jsonl"]
+    args = build_parser().parse_args(argv + ["--split", "dev", "--limit", "3"])
+    dev = source_prompts(args)
+    assert len(dev) == 3 and all(is_dev(it.prompt) and it.source for it in dev)
+    train = source_prompts(build_parser().parse_args(argv))
+    assert len(train) == 300 - len(instructions_split(path, "dev"))
