@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from .args import add_model_args, positive_int, temperature
+from .progress import Progress
 
 HELP = "benchmark decoding methods side by side (speedup, tau, quality, memory)"
 
@@ -98,7 +98,13 @@ def run(args) -> int:
         lora=args.lora,
         tree=args.tree,
     )
-    report = run_bench(config, log=lambda s: print(s, file=sys.stderr, flush=True))
+    bar = Progress("question", "bench")
+    try:
+        report = run_bench(
+            config, log=bar.log, progress=lambda done, total: bar.update(done, total)
+        )
+    finally:
+        bar.close()
     table = markdown(report)
     print(table)
     if args.json:

@@ -43,7 +43,13 @@ class Turn:
     samples: dict[str, Sample]
 
 
-def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) -> dict:
+def run_bench(
+    config: BenchConfig,
+    log: Callable[[str], None] = lambda s: None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> dict:
+    """Every method on every prompt; `log` gets a line per question, `progress` (questions
+    done, total) drives a progress bar."""
     import specstream_mlx as ss
 
     check_methods(list(config.methods), config.medusa, config.lora)
@@ -68,6 +74,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = lambda s: None) 
     for number, question in enumerate(questions, start=1):
         turns += _run_question(question, methods, loaded, config.max_tokens, sampling)
         log(f"{number}/{len(questions)} {question.category}: " + _progress(turns, methods))
+        progress(number, len(questions))
     return report(config, adapter, methods, turns)
 
 
