@@ -22,13 +22,11 @@ import time
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
-from specstream_mlx.decoding.loop import Decoder, decode, make_cache  # noqa: E402
+from specstream_mlx import calibration  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder, make_cache  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
-from specstream_mlx.decoding.policy import TreePolicy  # noqa: E402
 from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
-from specstream_mlx.streams.config import StreamConfig  # noqa: E402
-from specstream_mlx.streams.params import StreamParams  # noqa: E402
 # isort: on
 
 NODES = (1, 2, 3, 4, 8, 16)
@@ -53,19 +51,7 @@ def bare(passes: Passes, model, n: int, context: int, streams: int):
 
 def loop(dec: Decoder, context: int, vocab: int):
     prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
-
-    def run():
-        steps = decode(dec, prompt, 10**6)
-        next(steps)  # the first pass: no draft yet
-        for _ in range(2):  # warm: the whole tree is in use from here
-            next(steps)
-        start = time.perf_counter()
-        for _ in range(STEPS):
-            next(steps)
-        steps.close()
-        return (time.perf_counter() - start) * 1000 / STEPS
-
-    return run
+    return lambda: calibration.loop_ms(dec, prompt, STEPS, skip=3)  # the whole tree from pass 3
 
 
 def timed(fn, reps: int = 1) -> float:
@@ -89,20 +75,15 @@ def main() -> None:
     loaded = ss.load(args.model)
     arch = arch_of(loaded.model, loaded.config["model_type"])
     compiled = not args.eager
-    vocab, dims = loaded.config["vocab_size"], loaded.config["hidden_size"]
+    vocab = loaded.config["vocab_size"]
     plain_passes = Passes(arch, None, compiled)
     fns = {
         ("plain", 1): loop(Decoder(loaded.model, arch, passes=plain_passes), args.context, vocab)
     }
     for n in NODES:
-        cfg = StreamConfig(gamma=1, n_msa_layers=4, top_k=max(n - 1, 1))
-        params = StreamParams(cfg, dims)
-        mx.eval(params.parameters())
-        passes = Passes(arch, params, compiled)
-        policy = TreePolicy.static(tuple((i,) for i in range(n - 1)))
-        dec = Decoder(loaded.model, arch, params, policy, passes=passes)
+        dec = calibration.star_decoder(loaded, arch, n, 4, compiled)
         fns[("forward", n)] = bare(plain_passes, loaded.model, n, args.context, 0)
-        fns[("pass", n)] = bare(passes, loaded.model, n, args.context, 1)
+        fns[("pass", n)] = bare(dec.passes, loaded.model, n, args.context, 1)
         fns[("loop", n)] = loop(dec, args.context, vocab)
     for fn in fns.values():  # warm-up: traces, allocations
         timed(fn, 3)

@@ -264,24 +264,10 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     n_ref = curve.msa_ref
 
     def per_step(dec: Decoder):
-        def run() -> float:
-            iterator = decode(dec, prompt, 10**6)
-            next(iterator)  # the first step has no draft yet
-            start = time.perf_counter()
-            for _ in range(steps):
-                next(iterator)
-            iterator.close()
-            return (time.perf_counter() - start) * 1000 / steps
-
-        return run
+        return lambda: loop_ms(dec, prompt, steps)
 
     def star(nodes: int) -> Decoder:
-        cfg = StreamConfig(gamma=1, n_msa_layers=n_ref, top_k=max(nodes - 1, 1))
-        params = StreamParams(cfg, loaded.config["hidden_size"])
-        mx.eval(params.parameters())
-        policy = TreePolicy.static(tuple((i,) for i in range(nodes - 1)))
-        passes = Passes(arch, params, curve.compiled)
-        return Decoder(loaded.model, arch, params, policy, passes=passes)
+        return star_decoder(loaded, arch, nodes, n_ref, curve.compiled)
 
     plain = Decoder(loaded.model, arch, passes=Passes(arch, None, curve.compiled))
     fns = {0: per_step(plain)}
@@ -297,6 +283,28 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     measured = np.maximum.accumulate([statistics.median(times[n]) for n in nodes])
     curve.loop_ms = [round(float(v), 3) for v in measured]
     curve.loop_nodes = nodes
+
+
+def loop_ms(dec: Decoder, prompt: list[int], steps: int, skip: int = 1) -> float:
+    """ms per pass of decoding.loop with `dec` over `steps` passes, after `skip` untimed ones
+    (the first has no draft yet)."""
+    iterator = decode(dec, prompt, 10**6)
+    for _ in range(skip):
+        next(iterator)
+    start = time.perf_counter()
+    for _ in range(steps):
+        next(iterator)
+    iterator.close()
+    return (time.perf_counter() - start) * 1000 / steps
+
+
+def star_decoder(loaded, arch, nodes: int, n_msa_layers: int, compiled: bool) -> Decoder:
+    """Untrained streams (one per node) drafting a static star: the root and N - 1 children."""
+    cfg = StreamConfig(gamma=1, n_msa_layers=n_msa_layers, top_k=max(nodes - 1, 1))
+    params = StreamParams(cfg, loaded.config["hidden_size"])
+    mx.eval(params.parameters())
+    policy = TreePolicy.static(tuple((i,) for i in range(nodes - 1)))
+    return Decoder(loaded.model, arch, params, policy, passes=Passes(arch, params, compiled))
 
 
 def read_curve(loaded: LoadedModel) -> LatencyCurve | None:
