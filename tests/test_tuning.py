@@ -241,25 +241,30 @@ def test_oracle_on_a_static_tree_accepts_its_path(tiny_models, family, paths, pr
     """The true tokens drafted where `paths` expects them: two drafted tokens and the
     correction accepted on every pass, compiled or not, and the output stays exact."""
     loaded = tiny_models[family]
+    prompt, truth = oracle_truth(loaded, 30)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
+    params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
+
+    def oracle(history):
+        done = len(history) - len(prompt)
+        return proposals([truth[done + j] if done + j < len(truth) else 0 for j in range(2)])
+
+    policy = TreePolicy.of(params.config)
+    for passes in (None, Passes(arch, params, False), Passes(arch, params, True)):
+        dec = Decoder(loaded.model, arch, params, policy, passes=passes, override=oracle)
+        steps = list(decode(dec, prompt, 30))
+        assert [t for s in steps for t in s.tokens] == truth
+        assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
+
+
+def oracle_truth(loaded, n: int) -> tuple[list[int], list[int]]:
+    """A prompt and its first n greedy tokens, EOS ignored (a fixed-length run)."""
     prompt = encode_prompt(loaded, "oracle tree")
     saved = set(loaded.eos_token_ids)
     loaded.eos_token_ids.clear()
     try:
-        truth = ss.generate(loaded, prompt, max_tokens=30).token_ids
-        arch = arch_of(loaded.model, loaded.config["model_type"])
-        params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
-        params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
-
-        def oracle(history):
-            done = len(history) - len(prompt)
-            return proposals([truth[done + j] if done + j < len(truth) else 0 for j in range(2)])
-
-        policy = TreePolicy.of(params.config)
-        for passes in (None, Passes(arch, params, False), Passes(arch, params, True)):
-            dec = Decoder(loaded.model, arch, params, policy, passes=passes, override=oracle)
-            steps = list(decode(dec, prompt, 30))
-            assert [t for s in steps for t in s.tokens] == truth
-            assert [len(s.tokens) for s in steps[1:-1]] == [3] * (len(steps) - 2)
+        return prompt, ss.generate(loaded, prompt, max_tokens=n).token_ids
     finally:
         loaded.eos_token_ids.update(saved)
 
@@ -274,13 +279,7 @@ def test_device_acceptance_keeps_the_oracle_path(tiny_models, family, paths, pro
     the true tokens drafted where `paths` expects them, every pass accepts two drafted tokens
     and the correction, the rows move in the buffers, and the output stays exact."""
     loaded = tiny_models[family]
-    prompt = encode_prompt(loaded, "oracle tree")
-    saved = set(loaded.eos_token_ids)
-    loaded.eos_token_ids.clear()
-    try:
-        truth = ss.generate(loaded, prompt, max_tokens=40).token_ids
-    finally:
-        loaded.eos_token_ids.update(saved)
+    prompt, truth = oracle_truth(loaded, 40)
     arch = arch_of(loaded.model, loaded.config["model_type"])
     params = streams_for(loaded, 2, gamma=2, n_msa_layers=2, top_k=2)
     passes = Passes(arch, params, compiled)
