@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -349,6 +350,13 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
     if curve is None:
         if not measure:
             return None
+        if sys.stderr.isatty():  # a silent minute would look like a hang
+            print(
+                f"specstream: measuring this device once for {loaded.name} (about a minute; "
+                "`specstream calibrate` does it ahead)",
+                file=sys.stderr,
+                flush=True,
+            )
         curve = measure_curve(loaded)
         try:
             write_json_atomic(curve_path(loaded), curve.to_dict())
