@@ -469,7 +469,8 @@ def usage(job: Job, last) -> dict:
             "total_tokens": stats.prompt_tokens + stats.generated_tokens,
         },
         "speculative": {
-            "decoder": job.decoder,
+            "decoder": stats.decoder or job.decoder,  # what ran (ss+pld may run as pld)
+            "requested_decoder": job.decoder,
             "adapter": job.adapter,
             "forward_passes": stats.forward_passes,
             "mean_accepted_tokens": round(stats.mean_accepted_tokens, 4),

@@ -159,7 +159,7 @@ def write_one(ss, loaded, prompt: str, common: dict, args) -> int:
     sys.stdout.write("\n")
     s = stats.to_dict()
     print(
-        f"[{common['decoder']}, {loaded.adapter}] {s['generated_tokens']} tokens, "
+        f"[{s['decoder']}, {loaded.adapter}] {s['generated_tokens']} tokens, "
         f"{s['tokens_per_second']} tokens/s, {s['mean_accepted_tokens']} tokens/pass",
         file=sys.stderr,
     )

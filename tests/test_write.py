@@ -3,6 +3,7 @@ real rows of ../shared/data."""
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -27,7 +28,8 @@ def test_sql_tool_is_lossless_against_its_adapters_plain_decoding():
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["decoder"] == "ss+pld" and out["adapter"] == "sql"
+    # ss+pld, or pld where no tree of the sql streams pays on this device (reported as such)
+    assert out["decoder"] in ("ss+pld", "pld") and out["adapter"] == "sql"
     loaded = ss.load(adapter="sql")
     prompt = get_task("sql").prompt(question=row["question"], context=row["context"])
     plain = ss.generate(loaded, prompt, max_tokens=40)  # ar on the adapter's model
@@ -42,7 +44,7 @@ def test_summarize_reads_stdin_and_streams_with_stats():
     proc = specstream("write", "summarize", "--max-tokens", "24", stdin=dialogue)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
-    assert "[ss+pld, summarize]" in proc.stderr and "tokens/s" in proc.stderr
+    assert re.search(r"\[(ss\+pld|pld), summarize\]", proc.stderr) and "tokens/s" in proc.stderr
 
 
 @pytest.mark.slow
