@@ -8,24 +8,7 @@ import specstream_mlx  # noqa: F401  (loads OpenBLAS before mlx is imported by t
 from .tiny import FAMILIES, save_tiny_model
 
 REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "data"
-# What the tests read: a few real rows of each data set in the full data's layout
-# (tests/fixtures/data, with their licences), so that a clone passes its tests alone.
-# SPECSTREAM_DATA points them at the full data sets instead.
-DATA = Path(os.environ.get("SPECSTREAM_DATA", FIXTURES))
-# The full data sets (training and benchmarks): only tests of figures of whole files read them.
-FULL_DATA = Path(os.environ.get("SPECSTREAM_DATA", REPO.parent / "shared" / "data"))
-
-
-def full_data_file(relative: str) -> Path:
-    """A file of the full data sets; the calling test is skipped when they are absent."""
-    path = FULL_DATA / relative
-    if not path.is_file():
-        pytest.skip(
-            f"needs the full data set {path} (../shared/data, or set SPECSTREAM_DATA); "
-            "tests/fixtures/data holds a few rows only"
-        )
-    return path
+DATA = Path(os.environ.get("SPECSTREAM_DATA", REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture(scope="session")
@@ -43,5 +26,7 @@ def tiny_folders(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def wikitext_valid() -> str:
-    """The start of WikiText-2's validation text (the fixture holds enough for 1,024 tokens)."""
-    return (DATA / "wikitext2" / "valid.txt").read_text()
+    path = DATA / "wikitext2" / "valid.txt"
+    if not path.is_file():
+        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
+    return path.read_text()

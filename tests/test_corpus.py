@@ -18,7 +18,7 @@ from specstream_mlx.training.instructions import (
     read_instructions,
 )
 
-from .conftest import DATA, full_data_file
+from .conftest import DATA
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +42,10 @@ def test_dev_slice_is_fixed_by_the_prompt_text_alone(tmp_path):
     assert 0 < len(grown_dev) < 0.1 * 800
 
 
-def test_real_rows_read_and_split_by_prompt():
-    """A few real rows (tests/fixtures/data): every field read, both sides of the split."""
-    path = DATA / FILE
-    everything = read_instructions(path)
-    dev, train = instructions_split(path, "dev"), instructions_split(path, "train")
-    assert dev and train and len(dev) + len(train) == len(everything)
-    assert [r.prompt for r in everything if is_dev(r.prompt)] == [r.prompt for r in dev]
-    assert all(r.prompt.strip() and r.source and r.category for r in everything)
-    assert all("@" in r.source for r in everything)  # <owner/repo>@<commit>: the attribution
-
-
 def test_the_real_dev_slice_has_hundreds_of_prompts_from_every_category():
-    """Figures of the whole file: needs the full data set."""
-    path = full_data_file(FILE)
+    path = DATA / FILE
+    if not path.is_file():
+        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
     everything = read_instructions(path)
     dev, train = instructions_split(path, "dev"), instructions_split(path, "train")
     assert len(dev) >= 300 and len(dev) + len(train) == len(everything)

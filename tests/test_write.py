@@ -1,5 +1,5 @@
 """`specstream write`: the writing tools on the default model with their shipped adapters, on
-real rows of the data sets (tests/fixtures/data)."""
+real rows of ../shared/data."""
 
 import csv
 import json
