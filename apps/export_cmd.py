@@ -8,7 +8,11 @@ HELP = "write the default (or a .gguf) model as an mlx-lm-loadable folder"
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export-model", help=HELP, description=HELP)
     p.add_argument("--out", required=True, help="output folder (written atomically)")
-    p.add_argument("--model", default=None, help="a .gguf file (default: SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a .gguf file or qwen2.5-coder-0.5b-instruct (default: SmolLM2-135M-Instruct)",
+    )
     p.add_argument(
         "--dtype",
         choices=["stored", "float32", "float16", "bfloat16"],
@@ -24,10 +28,12 @@ def run(args) -> int:
 
     from specstream_mlx import SpecstreamError
     from specstream_mlx.models.gguf import convert_gguf
-    from specstream_mlx.models.loader import default_gguf_path
+    from specstream_mlx.models.packaged import MODELS, default_gguf_path, packaged_gguf
 
     if args.model is None:
         gguf = default_gguf_path()
+    elif args.model in MODELS:
+        gguf = packaged_gguf(args.model)
     else:
         gguf = Path(args.model)
         if gguf.is_dir():

@@ -37,11 +37,16 @@ def load(model: str | None = None, adapter: str | None = None, precision: str = 
     optionally a stream adapter folder for the `ss` decoder. Returns a LoadedModel."""
     loaded = load_model(model, precision=precision)
     if adapter is not None:
-        from .streams.adapter_io import load_adapter
-
-        loaded.streams = load_adapter(adapter, loaded)
-        loaded.adapter = str(adapter)
+        use_adapter(loaded, adapter)
     return loaded
+
+
+def use_adapter(loaded, adapter: str) -> None:
+    """Make the stream adapter `adapter` (a folder or a shipped name) the one `loaded` uses."""
+    from .streams.adapter_io import load_adapter
+
+    loaded.streams = load_adapter(adapter, loaded)
+    loaded.adapter = str(adapter)
 
 
 __all__ = [

@@ -56,10 +56,10 @@ def run_bench(
     questions = read_suite(config.suite, config.data, config.limit)
     if config.max_tokens < 1:
         raise SpecstreamError(f"max_tokens must be >= 1, got {config.max_tokens}")
-    adapter = config.adapter or (
-        SUITES[config.suite][1] if {"ss", "ss+pld"} & set(config.methods) else None
-    )
-    loaded = ss.load(config.model, adapter=adapter, precision=config.precision)
+    loaded = ss.load(config.model, adapter=config.adapter, precision=config.precision)
+    adapter = config.adapter or _shipped_adapter(config, loaded, log)
+    if adapter is not None and loaded.adapter is None:
+        ss.use_adapter(loaded, adapter)
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     base = ss.load(config.model, precision=config.precision) if shared else loaded
     methods = make_methods(list(config.methods), loaded, base, config.medusa, config.lora)
@@ -76,6 +76,19 @@ def run_bench(
         log(f"{number}/{len(questions)} {question.category}: " + _progress(turns, methods))
         progress(number, len(questions))
     return report(config, adapter, methods, turns)
+
+
+def _shipped_adapter(config: BenchConfig, loaded, log: Callable[[str], None]) -> str | None:
+    """The suite's shipped adapter, where `ss` runs and it was made for this model."""
+    from ..streams.adapter_io import made_for
+
+    name = SUITES[config.suite][1]
+    if not {"ss", "ss+pld"} & set(config.methods):
+        return None
+    if made_for(name, loaded):
+        return name
+    log(f"the shipped {name} adapter was made for another model: ss drafts with untrained streams")
+    return None
 
 
 def _run_question(question: Question, methods: list[Method], loaded, max_tokens, sampling):
