@@ -64,6 +64,13 @@ def add_parser(subparsers) -> None:
         help="lossless, medusa: positions per sequence per step (a random run of them; bounds "
         "memory); 0 = all",
     )
+    p.add_argument(
+        "--targets",
+        choices=["text", "self"],
+        default="text",
+        help="lossless: the streams learn the text's tokens (text), or the base model's own greedy "
+        "predictions on the text (self: what decoding accepts, on any text)",
+    )
     p.add_argument("--val-every", type=positive_int, default=50)
     p.add_argument("--checkpoint-every", type=positive_int, default=25)
     p.add_argument("--seed", type=int, default=0)
@@ -106,6 +113,8 @@ def run(args) -> int:
     from specstream_mlx.training.trainer import Checkpoint, TrainConfig, train
 
     out = Path(args.out)
+    if args.targets == "self" and args.mode != "lossless":
+        raise ss.SpecstreamError(f"--targets self is for --mode lossless, not {args.mode}")
     if out.exists() and not args.overwrite:
         raise ss.SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
     loaded = ss.load(args.model, precision=args.precision)
@@ -149,6 +158,7 @@ def run(args) -> int:
         seed=args.seed,
         segment=args.segment,
         lora_learning_rate=args.lora_lr,
+        targets=args.targets,
     )
     print(
         f"train: {len(data)} examples ({data.truncated} truncated to {args.max_length}), "

@@ -79,6 +79,31 @@ def test_loss_equals_decoder_computation(tiny):
     )
 
 
+def test_self_targets_are_the_base_greedy_choices(tiny):
+    """Self targets: position i is scored against the base's argmax from ids[:i]. On the base's
+    own greedy answer they are the answer's tokens; on other text they are not, and the loss
+    scores the streams against them."""
+    arch = arch_of(tiny.model, "llama")
+    params = params_for(tiny, 3)
+    prompt = [5, 17, 99, 23, 42]
+    answer = ss.generate(tiny, prompt, max_tokens=12).token_ids
+    n_msa = params.config.n_msa_layers
+    own = prompt + answer
+    mask = [False] * len(prompt) + [True] * len(answer)
+    feats = forward.base_features(arch, n_msa, own, mask, self_targets=True)
+    assert feats.targets.tolist()[len(prompt) :] == answer
+
+    rng = np.random.RandomState(4)
+    text = prompt + [int(t) for t in rng.randint(3, 200, size=12)]
+    feats = forward.base_features(arch, n_msa, text, mask, self_targets=True)
+    logits = tiny.model(mx.array(text)[None])[0]
+    assert feats.targets.tolist() == text[:1] + mx.argmax(logits, axis=-1).tolist()[:-1]
+    assert feats.targets.tolist() != text
+    by_text = forward.stream_loss(arch, params, forward.base_features(arch, n_msa, text, mask))
+    by_self = forward.stream_loss(arch, params, feats)
+    assert by_self.total.item() != pytest.approx(by_text.total.item(), rel=1e-3)
+
+
 def test_segment_loss_is_the_full_loss_on_those_positions(tiny):
     """Streams of different positions never see each other, so training on a segment of
     positions gives exactly those positions' terms of the full loss."""
@@ -196,7 +221,10 @@ def test_malformed_jsonl_reports_line_numbers(tmp_path):
         read_jsonl(empty)
 
 
-def test_train_cli_writes_an_adapter_that_decodes_exactly(tiny_folders, data_file, tmp_path):
+@pytest.mark.parametrize("targets", ["text", "self"])
+def test_train_cli_writes_an_adapter_that_decodes_exactly(
+    tiny_folders, data_file, tmp_path, targets
+):
     out = tmp_path / "adapter"
     cmd = [
         sys.executable,
@@ -219,10 +247,13 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(tiny_folders, data_fil
         "2",
         "--val-every",
         "2",
+        "--targets",
+        targets,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     config = json.loads((out / "adapter_config.json").read_text())
+    assert config["training"]["train_config"]["targets"] == targets
     assert (
         config["training"]["data"]["examples"] == 25  # 26 rows, the last held out
         and config["training"]["data"]["held_out_for_validation"] == 1
@@ -237,3 +268,14 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(tiny_folders, data_fil
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "exists" in again.stderr
     assert load_adapter(out, loaded).config == loaded.streams.config
+
+
+def test_self_targets_only_for_lossless_streams(tiny_folders, data_file, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
+         str(tiny_folders["llama"]), "--data", str(data_file), "--out", str(tmp_path / "a"),
+         "--mode", "shared", "--targets", "self"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("error: --targets self is for --mode lossless, not shared")

@@ -24,6 +24,11 @@ class Example:
     ids: list[int]
     loss_mask: list[bool]  # loss_mask[i]: token i is a target
 
+    @property
+    def targets(self) -> list[int]:
+        """What position i is scored against: the text's own token."""
+        return self.ids
+
 
 @dataclass
 class Dataset:

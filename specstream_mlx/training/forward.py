@@ -9,6 +9,11 @@ the main stream computes is a constant of the sequence: the hidden state at the 
 the main keys/values of every MSA layer. `base_features` computes them once (the trainer caches
 them across epochs); each training step then runs only the stream rows, which attend to those
 keys/values through `FrozenMainCache`. This is exact: the loss equals the full forward's.
+
+Targets: a position's token in the text, or (self targets) the frozen base's greedy prediction
+for it from the true prefix, which the same forward yields. Decoding accepts a draft when it
+equals the base's greedy choice, so self targets teach the streams what will be accepted, on any
+text, without generating the base's own answers first.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class BaseFeatures:
 
     ids: mx.array  # (T,) token ids
     loss_mask: np.ndarray  # (T,) bool: token i is a completion token (a valid target)
+    targets: mx.array  # (T,) what position i is scored against: ids[i], or the base's greedy
+    # prediction for position i from ids[:i] (self targets; targets[0] = ids[0])
     h_low: mx.array  # (T, d) hidden state at the pruning point (input of the MSA layers)
     main_kv: list[tuple[mx.array, mx.array]]  # per MSA layer: (1, H_kv, T, D) rotated keys, values
 
@@ -76,9 +83,11 @@ def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
     return h
 
 
-def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask) -> BaseFeatures:
-    """Run the frozen base over one sequence once: the hidden state at the pruning point and the
-    main keys/values of each MSA layer (a KV cache records them)."""
+def base_features(
+    arch: Arch, n_msa_layers: int, ids, loss_mask, self_targets: bool = False
+) -> BaseFeatures:
+    """Run the frozen base over one sequence once: the hidden state at the pruning point, the
+    main keys/values of each MSA layer (a KV cache records them) and the targets."""
     ids = mx.array(ids)
     n_low = len(arch.layers) - n_msa_layers
     h = lower_hidden(arch, n_low, ids)  # (1, T, d)
@@ -86,8 +95,12 @@ def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask) -> BaseFeatures
     for layer, cache in zip(arch.layers[n_low:], caches, strict=True):
         h = layer(h, "causal", cache)
     main_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in caches]
-    mx.eval(h_low, main_kv)
-    return BaseFeatures(ids, np.asarray(loss_mask, bool), h_low, main_kv)
+    targets = ids
+    if self_targets:
+        greedy = mx.argmax(arch.lm_head(arch.norm(h[0])), axis=-1).astype(ids.dtype)
+        targets = mx.concatenate([ids[:1], greedy[:-1]])
+    mx.eval(h_low, main_kv, targets)
+    return BaseFeatures(ids, np.asarray(loss_mask, bool), targets, h_low, main_kv)
 
 
 def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray):
@@ -118,17 +131,20 @@ def stream_loss(
     next-token NLL. `positions` (default: every position with a stream target) carry streams;
     the pruning head learns on the targets those positions' streams cover."""
     cfg = params.config
-    ids, mask_np = feats.ids, feats.loss_mask
+    targets, mask_np = feats.targets, feats.loss_mask
     if positions is None:
         positions = stream_positions(mask_np, cfg.gamma)
     hidden = stream_hidden(arch, params, feats, positions)  # (P, gamma, d)
-    stream_nll, correct, counts = _stream_terms(arch, hidden, positions, ids, mask_np, cfg.gamma)
+    stream_nll, correct, counts = _stream_terms(
+        arch, hidden, positions, targets, mask_np, cfg.gamma
+    )
     total = sum(stream_nll, mx.array(0.0))
     # the pruning head learns next-token prediction on the rows these positions' streams span
     covered = np.zeros(len(mask_np) - 1, bool)  # row r predicts token r + 1
     if len(positions):
         covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
-    prune_nll = _prune_nll(arch, params, feats.h_low, ids, np.nonzero(mask_np[1:] & covered)[0])
+    rows = np.nonzero(mask_np[1:] & covered)[0]
+    prune_nll = _prune_nll(arch, params, feats.h_low, targets, rows)
     return StreamBatchLoss(total + prune_nll, stream_nll, prune_nll, correct, counts)
 
 

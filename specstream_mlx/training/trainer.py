@@ -51,6 +51,8 @@ class TrainConfig:
     seed: int = 0
     segment: int = 64  # stream positions per sequence per step (a random run); 0 = all
     lora_learning_rate: float = 5e-5  # shared mode's LoRA layers (at mlx-lm's scale 20)
+    targets: str = "text"  # lossless streams learn the text's tokens, or "self": the frozen
+    # base's greedy predictions on it (training.forward)
 
 
 @dataclass
@@ -96,7 +98,7 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
         if not rows:
             continue
         logits = logits_of(i, np.array(rows))  # (P, gamma, V)
-        ids = np.array(ex.ids)
+        ids = np.array(ex.targets)
         targets = np.array([[ids[p + 1 + j] for j in range(1, gamma + 1)] for p in rows])
         best = np.array(mx.argpartition(-logits, top_k - 1, axis=-1)[..., :top_k])
         top1.append(np.array(mx.argmax(logits, axis=-1)) == targets)
@@ -130,16 +132,15 @@ class FeatureCache:
     """The frozen base's features of each training sequence, computed on first use and kept
     while they fit in `max_bytes` (a later epoch then runs only the streams)."""
 
-    def __init__(self, arch, n_msa_layers: int, examples: list[Example], max_bytes: int):
-        self.arch, self.n_msa_layers, self.examples = arch, n_msa_layers, examples
+    def __init__(self, features, examples: list[Example], max_bytes: int):
+        self.features, self.examples = features, examples  # features(example) -> BaseFeatures
         self.max_bytes, self.nbytes = max_bytes, 0
         self.kept: dict[int, BaseFeatures] = {}
 
     def __getitem__(self, i: int) -> BaseFeatures:
         if i in self.kept:
             return self.kept[i]
-        ex = self.examples[i]
-        feats = base_features(self.arch, self.n_msa_layers, ex.ids, ex.loss_mask)
+        feats = self.features(self.examples[i])
         if self.nbytes + feats.nbytes <= self.max_bytes:
             self.kept[i] = feats
             self.nbytes += feats.nbytes
@@ -244,9 +245,13 @@ class LosslessObjective:
     def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
         self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
         self.module = params
-        n_msa = params.config.n_msa_layers
-        self.features = FeatureCache(arch, n_msa, data.examples, cache_bytes)
-        self.val = [base_features(arch, n_msa, ex.ids, ex.loss_mask) for ex in val]
+        n_msa, self_targets = params.config.n_msa_layers, cfg.targets == "self"
+
+        def features(ex: Example) -> BaseFeatures:
+            return base_features(arch, n_msa, ex.ids, ex.loss_mask, self_targets)
+
+        self.features = FeatureCache(features, data.examples, cache_bytes)
+        self.val = [features(ex) for ex in val]
         self.scale = hidden_scale([f.h_low for f in self.val])
 
     def loss(self, module, i: int, seen: int):
