@@ -9,6 +9,7 @@ import pytest
 
 import specstream_mlx as ss
 from specstream_mlx.generate import encode_prompt
+from specstream_mlx.metrics import perplexity
 from specstream_mlx.models.packaged import install_command, packaged_gguf
 
 from .test_speculative import streams_for
@@ -60,10 +61,21 @@ def test_tokenizer_equals_transformers_gguf_tokenizer(qwen):
     assert qwen.tokenizer.encode("e\u0301") == qwen.tokenizer.encode("\u00e9")
 
 
-@pytest.mark.skipif(not GOLDEN.is_file(), reason="no llama.cpp reference pinned")
 def test_tokens_equal_llama_cpp(qwen):
+    """llama.cpp's own tokenizer on the same GGUF (scripts/llamacpp_reference.py)."""
     for case in json.loads(GOLDEN.read_text())["tokens"]:
         assert qwen.tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"]
+
+
+def test_perplexity_equals_llama_cpp(qwen, wikitext_valid):
+    """llama.cpp on the same GGUF and text: within 1% (it quantizes activations to 8 bits, we
+    run float32 weights dequantized in float32). A wrong dequantization or layout is far off."""
+    golden = json.loads(GOLDEN.read_text())
+    text = wikitext_valid[: golden["wikitext2_valid_first_chars"]]
+    ids = qwen.tokenizer.encode(text, add_special_tokens=False)
+    assert perplexity(qwen.model, ids[:512]) == pytest.approx(
+        golden["perplexity_first_512_tokens"], rel=0.01
+    )
 
 
 def test_chat_template_from_the_gguf(qwen):
