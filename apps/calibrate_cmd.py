@@ -86,6 +86,8 @@ def run(args) -> int:
             path = folder / "acceptance.json"
             _write(path, params.acceptance.to_dict())
             log(f"wrote {path} ({params.acceptance.positions} positions)")
+        if params.acceptance is not None:
+            out["acceptance"] = params.acceptance.rates()
         plan = calibration.plan_tree(loaded, params, curve)
         if plan is None:
             out["tree"] = None
@@ -115,6 +117,8 @@ def run(args) -> int:
     print(f"| plain decoding | {curve.plain_ms:.1f} | 1.00 |")
     for nodes, ms in zip(curve.loop_nodes, curve.loop_ms, strict=True):
         print(f"| {nodes} | {ms:.1f} | {ms / curve.plain_ms:.2f} |")
+    if "acceptance" in out:
+        print(_rates_line(out["acceptance"]))
     tree = out.get("tree")
     if tree:
         print(
@@ -153,3 +157,11 @@ def _prompts(args, adapter_name: str) -> list[str]:
     if not questions:
         raise SpecstreamError(f"{args.data} has no items after the first {args.skip}")
     return [q.turns[0] for q in questions]
+
+
+def _rates_line(rates: dict) -> str:
+    top1, top3 = rates["top1_given_earlier_right"], rates["top3_given_earlier_in_top3"]
+    return (
+        f"streams on {rates['positions']} positions ({rates['source']}): top-1 given the earlier "
+        f"streams right {top1}, top-3 given theirs in top-3 {top3}"
+    )

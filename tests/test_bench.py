@@ -55,7 +55,14 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     )
     report = run_bench(config)
     json.dumps(report)  # serialisable as is
-    assert set(report) == {"suite", "machine", "provenance", "config", "methods", "unavailable"}
+    assert set(report) == {
+        "suite", "machine", "provenance", "config", "methods", "unavailable", "stream_acceptance"
+    }  # fmt: skip
+    rates = report["stream_acceptance"]  # the streams, probed on the run's 2 first turns
+    gamma = ss.load(config.model, adapter=config.adapter).streams.config.gamma
+    assert rates["positions"] > 0 and "2 prompts" in rates["source"]
+    for key in ("top1_given_earlier_right", "top3_given_earlier_in_top3"):
+        assert len(rates[key]) == gamma and all(0 <= r <= 1 for r in rates[key])
     assert {"platform", "backend", "blas", "mlx", "mlx_lm"} <= set(report["machine"])
     assert report["provenance"]["versions"]["mlx"] == report["machine"]["mlx"]
     assert report["provenance"]["commit"] is None or len(report["provenance"]["commit"]) >= 40
@@ -88,6 +95,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     for name in by_name:
         assert f"| {name} |" in table
     assert "| writing | 2 |" in table and "Not run: draft-model" in table
+    assert f"streams, measured on {rates['positions']} positions" in table
     plot(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 

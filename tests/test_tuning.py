@@ -69,6 +69,13 @@ def test_acceptance_counts_rank_paths_and_round_trips():
     again = Acceptance.from_dict(json.loads(json.dumps(acc.to_dict())))
     assert again.counts == acc.counts and again.positions == 5 and again.gamma == 3
     assert expected_tokens(acc, [(0,), (0, 1)]) == pytest.approx(1 + 3 / 5 + 2 / 5)
+    # stream 1 right at 3 of 5; stream 2 right after a right stream 1 at 1 of those 3; stream 3
+    # never right after two right ones (the one such row missed). Within top 3: stream 1 at 4
+    # of 5, stream 2 at 4 of those 4, stream 3 at 2 of those 4 (ranks 9 and 3 are outside).
+    rates = acc.rates()
+    assert rates["positions"] == 5 and rates["source"] == "test"
+    assert rates["top1_given_earlier_right"] == [0.6, round(1 / 3, 4), 0.0]
+    assert rates["top3_given_earlier_in_top3"] == [0.8, 1.0, 0.5]
 
 
 def test_bad_acceptance_file_is_a_clear_error(tmp_path):
@@ -418,6 +425,7 @@ def test_calibrate_command(tmp_path, capsys):
     os.umask(umask)
     assert (folder / "acceptance.json").stat().st_mode & 0o777 == 0o666 & ~umask  # not private
     assert all(tuple(p) in written.counts for p in out["tree"]["paths"])
+    assert out["acceptance"] == written.rates()  # per-stream hit rates, measured on 2 prompts
     # the folder now loads with its statistics
     reloaded = ss.load(model, adapter=str(folder))
     assert reloaded.streams.acceptance.counts == written.counts

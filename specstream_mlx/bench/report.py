@@ -75,6 +75,13 @@ def markdown(report: dict) -> str:
                 f"\n{m['name']}: the adapter's own tree (top-k {tree['top_k']}, "
                 f"{tree['max_tree_nodes']} nodes)"
             )
+    rates = report.get("stream_acceptance")
+    if rates:
+        lines.append(
+            f"\nstreams, measured on {rates['positions']} positions ({rates['source']}): top-1 "
+            f"given the earlier streams right {rates['top1_given_earlier_right']}, top-3 given "
+            f"theirs in top-3 {rates['top3_given_earlier_in_top3']}"
+        )
     categories = list(report["methods"][0]["per_category"])
     if len(categories) > 1:
         names = [m["name"] for m in report["methods"]]

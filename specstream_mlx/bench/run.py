@@ -75,7 +75,22 @@ def run_bench(
         turns += _run_question(question, methods, loaded, config.max_tokens, sampling)
         log(f"{number}/{len(questions)} {question.category}: " + _progress(turns, methods))
         progress(number, len(questions))
-    return report(config, adapter, methods, turns)
+    out = report(config, adapter, methods, turns)
+    out["stream_acceptance"] = _stream_acceptance(config, loaded, questions, log)
+    return out
+
+
+def _stream_acceptance(config: BenchConfig, loaded, questions, log) -> dict | None:
+    """Where streams draft (ss, ss+pld; greedy): their hit rates on this run's prompts, from
+    one more greedy decode of each prompt's first turn with the streams probed."""
+    from ..calibration import measure_acceptance
+
+    if not {"ss", "ss+pld"} & set(config.methods) or config.temp > 0 or loaded.streams is None:
+        return None
+    prompts = [encode_prompt(loaded, q.turns[0]) for q in questions]
+    source = f"greedy decoding of the {len(prompts)} prompts of this run"
+    log(f"stream acceptance: decoding the {len(prompts)} prompts once more, probed")
+    return measure_acceptance(loaded, loaded.streams, prompts, config.max_tokens, source).rates()
 
 
 def _shipped_adapter(config: BenchConfig, loaded, log: Callable[[str], None]) -> str | None:

@@ -44,6 +44,29 @@ class Acceptance:
     def probability(self, path: Path_) -> float:
         return self.counts.get(path, 0) / self.positions if self.positions else 0.0
 
+    def rates(self, top: int = 3) -> dict:
+        """What users ask of speculation, per stream j = 1..gamma: P(its top guess is right |
+        streams 1..j-1 right) and P(its target is in its top `top` | theirs were in theirs).
+        For stream 1 these are its plain top-1 and top-3 accuracy."""
+
+        def share(j: int, within: int) -> float:
+            def mass(depth: int) -> int:
+                if depth == 0:
+                    return self.positions
+                return sum(n for p, n in self.counts.items() if len(p) == depth and max(p) < within)
+
+            below = mass(j - 1)
+            return round(mass(j) / below, 4) if below else 0.0
+
+        return {
+            "positions": self.positions,
+            "source": self.source,
+            "top1_given_earlier_right": [share(j, 1) for j in range(1, self.gamma + 1)],
+            f"top{top}_given_earlier_in_top{top}": [
+                share(j, top) for j in range(1, self.gamma + 1)
+            ],
+        }
+
     def to_dict(self) -> dict:
         return {
             "format_version": 1,
