@@ -14,7 +14,6 @@ from specstream_mlx.streams.adapter_io import save_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 
-from .conftest import DATA
 from .test_cli import assert_clean_error, specstream
 
 METHOD_KEYS = {
@@ -156,8 +155,8 @@ def test_suite_readers_and_bad_input(tmp_path):
     assert (q.id, q.category, q.turns) == ("7", "all", ["a", "b"])
 
 
-def test_chat_suite_is_the_held_out_mix():
-    questions = read_suite("chat", DATA, limit=10)
+def test_chat_suite_is_the_held_out_mix(data):
+    questions = read_suite("chat", data, limit=10)
     assert len(questions) == 10
     assert {q.category for q in questions} <= {
         "instruction", "passage", "dialogue", "data2text", "sql"

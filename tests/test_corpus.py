@@ -18,7 +18,7 @@ from specstream_mlx.training.instructions import (
     read_instructions,
 )
 
-from .conftest import DATA
+from .conftest import real_data_file
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +42,37 @@ def test_dev_slice_is_fixed_by_the_prompt_text_alone(tmp_path):
     assert 0 < len(grown_dev) < 0.1 * 800
 
 
-def test_the_real_dev_slice_has_hundreds_of_prompts_from_every_category():
-    path = DATA / FILE
-    if not path.is_file():
-        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
+def test_the_instructions_file_splits_into_train_and_dev(data):
+    path = data / FILE
     everything = read_instructions(path)
     dev, train = instructions_split(path, "dev"), instructions_split(path, "train")
-    assert len(dev) >= 300 and len(dev) + len(train) == len(everything)
+    assert dev and len(dev) + len(train) == len(everything)
     assert not {r.prompt for r in dev} & {r.prompt for r in train}
+    assert all(r.prompt.strip() and r.category for r in everything)
+    assert all("@" in r.source for r in everything)  # <owner/repo>@<commit>: the attribution
+    assert len(dev) < 3 * DEV_FRACTION * len(everything) + 5
+
+
+def test_every_category_gets_its_share_of_the_dev_slice(tmp_path):
+    categories = ("coding", "maths", "role play")
+    rows = [{"prompt": f"{c} prompt {i}", "category": c} for c in categories for i in range(2000)]
+    path = tmp_path / "i.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    per_category = Counter(r.category for r in instructions_split(path, "dev"))
+    for category in categories:  # about DEV_FRACTION of its 2,000
+        assert 0.5 * DEV_FRACTION * 2000 < per_category[category] < 1.5 * DEV_FRACTION * 2000
+
+
+def test_the_real_dev_slice_has_hundreds_of_prompts_from_every_category():
+    """Figures of the real file: only it has them."""
+    path = real_data_file(FILE)
+    everything, dev = read_instructions(path), instructions_split(path, "dev")
+    assert len(dev) >= 300
     per_category, dev_per_category = (
         Counter(r.category for r in rows) for rows in (everything, dev)
     )
     for category, n in per_category.items():  # a share of every category, about DEV_FRACTION
         assert 0 < dev_per_category[category] < 3 * DEV_FRACTION * n + 5, category
-    assert all(r.source for r in everything)
 
 
 LOOPS = [

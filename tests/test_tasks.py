@@ -1,5 +1,7 @@
-"""Writing-tool tasks: prompt templates and readers over the real data sets in ../shared/data."""
+"""Writing-tool tasks: prompt templates and readers over the data sets (the `data` fixture: the
+real ones in ../shared/data, or invented ones in their shapes)."""
 
+import csv
 import json
 
 import pytest
@@ -8,29 +10,29 @@ import specstream_mlx as ss
 from specstream_mlx.tasks import TASKS, get_task, read_task_examples
 from specstream_mlx.training.data import load_dataset
 
-from .conftest import DATA
-
 FILES = {"summarize": "dialogsum/dev.jsonl", "data2text": "e2e/dev.csv", "sql": "sql/dev.jsonl"}
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
-def test_real_dev_files_read_with_the_tool_template(name):
-    path = DATA / FILES[name]
-    if not path.is_file():
-        pytest.fail(f"real data missing: {path} (set SPECSTREAM_DATA to ../shared/data)")
+def test_dev_files_read_with_the_tool_template(name, data):
+    path = data / FILES[name]
     examples = read_task_examples(name, path)
-    assert len(examples) > 100
+    if name == "data2text":  # one example per MR
+        with open(path, encoding="utf-8", newline="") as f:
+            assert len(examples) == len({row["mr"] for row in csv.DictReader(f)})
+    else:  # one example per row
+        assert len(examples) == len(path.read_text(encoding="utf-8").splitlines())
     first = examples[0]
     assert first.prompt.startswith(get_task(name).template.split("{")[0])
     assert all(ex.references and all(r.strip() for r in ex.references) for ex in examples)
 
 
-def test_e2e_groups_references_by_mr():
-    examples = read_task_examples("data2text", DATA / "e2e" / "dev.csv")
+def test_e2e_groups_references_by_mr(data):
+    examples = read_task_examples("data2text", data / "e2e" / "dev.csv")
     prompts = [ex.prompt for ex in examples]
     assert len(prompts) == len(set(prompts))  # one example per MR
     assert max(len(ex.references) for ex in examples) > 1  # several references per MR
-    rows = sum(1 for _ in open(DATA / "e2e" / "dev.csv", encoding="utf-8")) - 1
+    rows = sum(1 for _ in open(data / "e2e" / "dev.csv", encoding="utf-8")) - 1
     assert sum(len(ex.references) for ex in examples) <= rows
 
 
@@ -57,16 +59,16 @@ def test_unknown_task_and_missing_file(tmp_path):
         get_task("sql").prompt(context="CREATE TABLE t (a INT)")
 
 
-def test_task_training_rows_mask_the_prompt(tiny_folders):
+def test_task_training_rows_mask_the_prompt(tiny_folders, data):
     loaded = ss.load(str(tiny_folders["llama"]))
-    data = load_dataset(DATA / "sql" / "dev.jsonl", loaded.tokenizer, 512, task="sql")
-    ex = data.examples[0]
+    dataset = load_dataset(data / "sql" / "dev.jsonl", loaded.tokenizer, 512, task="sql")
+    ex = dataset.examples[0]
     targets = [t for t, m in zip(ex.ids, ex.loss_mask, strict=True) if m]
     completion = loaded.tokenizer.decode(targets)
-    first = read_task_examples("sql", DATA / "sql" / "dev.jsonl")[0]
+    first = read_task_examples("sql", data / "sql" / "dev.jsonl")[0]
     assert completion.strip().startswith(first.references[0][:20])
     assert "Question:" not in completion
-    assert data.summary["task"] == "sql"
+    assert dataset.summary["task"] == "sql"
 
 
 def test_quality_metrics_by_hand():

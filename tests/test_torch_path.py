@@ -35,8 +35,6 @@ from specstream_mlx.streams.lora import apply_lora, remove_lora
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training.data import load_dataset
 
-from .conftest import DATA
-
 TORCH_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # phi3 fuses q/k/v: MLX only
 TOL = 1e-4
 
@@ -281,13 +279,14 @@ def test_shipped_adapters_round_trip_bit_exactly(name, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(pairs, tmp_path_factory):
-    """mode -> a PyTorch adapter folder trained a few steps on real data (E2E rows short
-    enough for the tiny model's context)."""
+def trained(pairs, tmp_path_factory, data):
+    """mode -> a PyTorch adapter folder trained a few steps on E2E rows (short enough for the
+    tiny model's context)."""
     _, base0 = pairs["llama"]
     root = tmp_path_factory.mktemp("trained")
-    data = load_dataset(DATA / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
-    data.examples = [e for e in data.examples if len(e.ids) <= 200][:8]
+    e2e = load_dataset(data / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    e2e.examples = [e for e in e2e.examples if len(e.ids) <= 200][:8]
+    assert len(e2e.examples) == 8, "too few short E2E rows"
     out = {}
     for mode in ("lossless", "shared"):
         base = load_base(base0.name)
@@ -299,11 +298,11 @@ def trained(pairs, tmp_path_factory):
         rows = train(
             base,
             streams,
-            data.examples[:8],
+            e2e.examples,
             TrainConfig(steps=4, batch_size=2, learning_rate=3e-3, lora_learning_rate=1e-3),
         )
         assert len(rows) == 4 and all(np.isfinite(r["loss"]) for r in rows)
-        out[mode] = (save_torch_adapter(root / mode, streams, base), data)
+        out[mode] = (save_torch_adapter(root / mode, streams, base), e2e)
     return out
 
 
@@ -501,14 +500,15 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     assert json.loads(out.read_text())["config"]["precision"] == "bfloat16"
 
 
-def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys):
+def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys, data):
     """`python -m convert.torch_train` writes an adapter `specstream convert` accepts; a run cut
     after step 2 resumes from its checkpoint and ends where an uncut run ends, exactly."""
     from convert import torch_train
 
     loaded, base0 = pairs["llama"]
-    data = load_dataset(DATA / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
-    examples = [e for e in data.examples if len(e.ids) <= 200][:6]
+    e2e = load_dataset(data / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    examples = [e for e in e2e.examples if len(e.ids) <= 200][:6]
+    assert len(examples) == 6, "too few short E2E rows"
     cfg = StreamConfig(gamma=2, n_msa_layers=2, mode="shared")
     train_cfg = TrainConfig(
         steps=4,
@@ -549,7 +549,7 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys)
         "--model",
         str(loaded.path),
         "--data",
-        str(DATA / "e2e" / "train.csv"),
+        str(data / "e2e" / "train.csv"),
         "--task",
         "data2text",
         "--out",

@@ -29,7 +29,6 @@ from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 
-from .conftest import DATA
 from .tiny import FAMILIES
 
 
@@ -400,7 +399,7 @@ def test_measured_acceptance_counts_a_real_decode(tiny_models):
 # ---- the command ----
 
 
-def test_calibrate_command(tmp_path, capsys):
+def test_calibrate_command(tmp_path, capsys, data):
     from specstream_apps.cli import main
 
     from specstream_mlx.streams.adapter_io import save_adapter
@@ -416,7 +415,7 @@ def test_calibrate_command(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["tree"] is None and out["curve"]["rows"][0] == 1
     args = ["calibrate", "--model", model, "--adapter", str(folder), "--measure-acceptance"]
-    args += ["--suite", "sql", "--data", str(DATA / "sql" / "dev.jsonl"), "--limit", "2"]
+    args += ["--suite", "sql", "--data", str(data / "sql" / "dev.jsonl"), "--limit", "2"]
     assert main([*args, "--max-tokens", "6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     written = Acceptance.read(folder)

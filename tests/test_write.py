@@ -1,5 +1,5 @@
 """`specstream write`: the writing tools on the default model with their shipped adapters, on
-real rows of ../shared/data."""
+rows of the data sets (the `data` fixture: the real ones, or invented ones in their shapes)."""
 
 import csv
 import json
@@ -10,18 +10,13 @@ import pytest
 import specstream_mlx as ss
 from specstream_mlx.tasks import get_task
 
-from .conftest import DATA
 from .test_cli import assert_clean_error, specstream
 
 
-def sql_rows(n):
-    with open(DATA / "sql" / "dev.jsonl") as f:
-        return [json.loads(next(f)) for _ in range(n)]
-
-
 @pytest.mark.slow
-def test_sql_tool_is_lossless_against_its_adapters_plain_decoding():
-    row = sql_rows(1)[0]
+def test_sql_tool_is_lossless_against_its_adapters_plain_decoding(data):
+    with open(data / "sql" / "dev.jsonl") as f:
+        row = json.loads(next(f))
     proc = specstream(
         "write", "sql", row["question"], "--context", row["context"], "--max-tokens", "40",
         "--json",
@@ -38,8 +33,8 @@ def test_sql_tool_is_lossless_against_its_adapters_plain_decoding():
 
 
 @pytest.mark.slow
-def test_summarize_reads_stdin_and_streams_with_stats():
-    with open(DATA / "dialogsum" / "dev.jsonl") as f:
+def test_summarize_reads_stdin_and_streams_with_stats(data):
+    with open(data / "dialogsum" / "dev.jsonl") as f:
         dialogue = json.loads(next(f))["dialogue"]
     proc = specstream("write", "summarize", "--max-tokens", "24", stdin=dialogue)
     assert proc.returncode == 0, proc.stderr
@@ -48,8 +43,8 @@ def test_summarize_reads_stdin_and_streams_with_stats():
 
 
 @pytest.mark.slow
-def test_batch_resumes_after_an_interruption(tmp_path):
-    with open(DATA / "e2e" / "dev.csv", newline="") as f:
+def test_batch_resumes_after_an_interruption(tmp_path, data):
+    with open(data / "e2e" / "dev.csv", newline="") as f:
         mrs = list(dict.fromkeys(r["mr"] for r in csv.DictReader(f)))[:3]
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps({"mr": mr}) + "\n" for mr in mrs))
