@@ -12,6 +12,7 @@ from specstream_mlx.generate import encode_prompt
 from specstream_mlx.metrics import perplexity
 from specstream_mlx.models.packaged import install_command, packaged_gguf
 
+from .conftest import real_data_file
 from .test_speculative import streams_for
 
 NAME = "qwen2.5-coder-0.5b-instruct"
@@ -67,11 +68,11 @@ def test_tokens_equal_llama_cpp(qwen):
         assert qwen.tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"]
 
 
-def test_perplexity_equals_llama_cpp(qwen, wikitext_valid):
-    """llama.cpp on the same GGUF and text: within 1% (it quantizes activations to 8 bits, we
-    run float32 weights dequantized in float32). A wrong dequantization or layout is far off."""
+def test_perplexity_equals_llama_cpp(qwen):
+    """llama.cpp on the same GGUF and the real WikiText-2 text: within 1% (it quantizes
+    activations to 8 bits, we run float32 weights dequantized in float32)."""
     golden = json.loads(GOLDEN.read_text())
-    text = wikitext_valid[: golden["wikitext2_valid_first_chars"]]
+    text = real_data_file("wikitext2/valid.txt").read_text()[: golden["wikitext2_valid_first_chars"]]
     ids = qwen.tokenizer.encode(text, add_special_tokens=False)
     assert perplexity(qwen.model, ids[:512]) == pytest.approx(
         golden["perplexity_first_512_tokens"], rel=0.01
