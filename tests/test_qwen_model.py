@@ -72,7 +72,8 @@ def test_perplexity_equals_llama_cpp(qwen):
     """llama.cpp on the same GGUF and the real WikiText-2 text: within 1% (it quantizes
     activations to 8 bits, we run float32 weights dequantized in float32)."""
     golden = json.loads(GOLDEN.read_text())
-    text = real_data_file("wikitext2/valid.txt").read_text()[: golden["wikitext2_valid_first_chars"]]
+    text = real_data_file("wikitext2/valid.txt").read_text()
+    text = text[: golden["wikitext2_valid_first_chars"]]
     ids = qwen.tokenizer.encode(text, add_special_tokens=False)
     assert perplexity(qwen.model, ids[:512]) == pytest.approx(
         golden["perplexity_first_512_tokens"], rel=0.01
