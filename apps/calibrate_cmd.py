@@ -50,6 +50,7 @@ def run(args) -> int:
     import specstream_mlx as ss
     from specstream_mlx import calibration
     from specstream_mlx.provenance import provenance
+    from specstream_mlx.streams.acceptance import describe_rates
     from specstream_mlx.streams.adapter_io import resolve_adapter
 
     if args.measure_acceptance and not args.adapter:
@@ -118,7 +119,7 @@ def run(args) -> int:
     for nodes, ms in zip(curve.loop_nodes, curve.loop_ms, strict=True):
         print(f"| {nodes} | {ms:.1f} | {ms / curve.plain_ms:.2f} |")
     if "acceptance" in out:
-        print(_rates_line(out["acceptance"]))
+        print(describe_rates(out["acceptance"]))
     tree = out.get("tree")
     if tree:
         print(
@@ -157,11 +158,3 @@ def _prompts(args, adapter_name: str) -> list[str]:
     if not questions:
         raise SpecstreamError(f"{args.data} has no items after the first {args.skip}")
     return [q.turns[0] for q in questions]
-
-
-def _rates_line(rates: dict) -> str:
-    top1, top3 = rates["top1_given_earlier_right"], rates["top3_given_earlier_in_top3"]
-    return (
-        f"streams on {rates['positions']} positions ({rates['source']}): top-1 given the earlier "
-        f"streams right {top1}, top-3 given theirs in top-3 {top3}"
-    )

@@ -94,7 +94,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     for name in by_name:
         assert f"| {name} |" in table
     assert "| writing | 2 |" in table and "Not run: draft-model" in table
-    assert f"streams, measured on {rates['positions']} positions" in table
+    assert f"streams on {rates['positions']} positions" in table
     plot(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -73,6 +73,11 @@ def test_acceptance_counts_rank_paths_and_round_trips():
     # of 5, stream 2 at 4 of those 4, stream 3 at 2 of those 4 (ranks 9 and 3 are outside).
     rates = acc.rates()
     assert rates["positions"] == 5 and rates["source"] == "test"
+    # each stream alone, whatever the earlier ones did
+    assert rates["top1"] == [0.6, 0.6, 0.6] and rates["top3"] == [0.8, 1.0, 0.6]
+    assert Acceptance.from_dict(acc.to_dict()).rates() == rates
+    older = {k: v for k, v in acc.to_dict().items() if k not in ("top1", "top3")}
+    assert Acceptance.from_dict(older).rates()["top1"] is None  # saved before they were kept
     assert rates["top1_given_earlier_right"] == [0.6, round(1 / 3, 4), 0.0]
     assert rates["top3_given_earlier_in_top3"] == [0.8, 1.0, 0.5]
 

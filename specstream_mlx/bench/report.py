@@ -33,6 +33,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import SpecstreamError
+from ..streams.acceptance import describe_rates
 
 
 def _quality(q: dict) -> str:
@@ -77,11 +78,7 @@ def markdown(report: dict) -> str:
             )
     rates = report.get("stream_acceptance")
     if rates:
-        lines.append(
-            f"\nstreams, measured on {rates['positions']} positions ({rates['source']}): top-1 "
-            f"given the earlier streams right {rates['top1_given_earlier_right']}, top-3 given "
-            f"theirs in top-3 {rates['top3_given_earlier_in_top3']}"
-        )
+        lines.append("\n" + describe_rates(rates))
     categories = list(report["methods"][0]["per_category"])
     if len(categories) > 1:
         names = [m["name"] for m in report["methods"]]

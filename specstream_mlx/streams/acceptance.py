@@ -27,27 +27,35 @@ class Acceptance:
     positions: int
     counts: dict[Path_, int]
     source: str = ""
+    # per stream j, positions where its target was its best token / among its 3 best, whatever
+    # the earlier streams did (None: statistics saved before these were kept)
+    top1: list[int] | None = None
+    top3: list[int] | None = None
 
     @classmethod
     def from_ranks(cls, ranks: Sequence[Sequence[int]], gamma: int, source: str = ""):
         """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted)."""
         counts: dict[Path_, int] = {}
+        top1, top3 = [0] * gamma, [0] * gamma
         for row in ranks:
             path: Path_ = ()
+            for j, rank in enumerate(list(row)[:gamma]):
+                top1[j] += rank == 0
+                top3[j] += rank < 3
             for rank in list(row)[:gamma]:
                 if rank >= PROBE_TOP_K:
                     break
                 path += (int(rank),)
                 counts[path] = counts.get(path, 0) + 1
-        return cls(gamma, len(ranks), counts, source)
+        return cls(gamma, len(ranks), counts, source, top1, top3)
 
     def probability(self, path: Path_) -> float:
         return self.counts.get(path, 0) / self.positions if self.positions else 0.0
 
     def rates(self, top: int = 3) -> dict:
-        """What users ask of speculation, per stream j = 1..gamma: P(its top guess is right |
-        streams 1..j-1 right) and P(its target is in its top `top` | theirs were in theirs).
-        For stream 1 these are its plain top-1 and top-3 accuracy."""
+        """What users ask of speculation, per stream j = 1..gamma: its top-1 and top-3 accuracy
+        (None for statistics saved without them), P(its top guess is right | streams 1..j-1
+        right) and P(its target is in its top `top` | theirs were in theirs)."""
 
         def share(j: int, within: int) -> float:
             def mass(depth: int) -> int:
@@ -58,9 +66,16 @@ class Acceptance:
             below = mass(j - 1)
             return round(mass(j) / below, 4) if below else 0.0
 
+        def alone(hits: list[int] | None) -> list[float] | None:
+            if hits is None or not self.positions:
+                return None
+            return [round(h / self.positions, 4) for h in hits]
+
         return {
             "positions": self.positions,
             "source": self.source,
+            "top1": alone(self.top1),
+            "top3": alone(self.top3),
             "top1_given_earlier_right": [share(j, 1) for j in range(1, self.gamma + 1)],
             f"top{top}_given_earlier_in_top{top}": [
                 share(j, top) for j in range(1, self.gamma + 1)
@@ -75,6 +90,7 @@ class Acceptance:
             "positions": self.positions,
             "source": self.source,
             "counts": {".".join(map(str, p)): n for p, n in sorted(self.counts.items())},
+            **({"top1": self.top1, "top3": self.top3} if self.top1 is not None else {}),
         }
 
     @classmethod
@@ -83,8 +99,13 @@ class Acceptance:
             counts = {
                 tuple(int(r) for r in k.split(".")): int(v) for k, v in data["counts"].items()
             }
+            hits = [[int(n) for n in data[k]] if k in data else None for k in ("top1", "top3")]
             out = cls(
-                int(data["gamma"]), int(data["positions"]), counts, str(data.get("source", ""))
+                int(data["gamma"]),
+                int(data["positions"]),
+                counts,
+                str(data.get("source", "")),
+                *hits,
             )
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise SpecstreamError(f"bad acceptance statistics: {exc!r}") from None
@@ -93,10 +114,19 @@ class Acceptance:
             parent = out.positions if len(p) == 1 else counts.get(p[:-1], -1)
             return len(p) <= out.gamma and min(p) >= 0 and 0 <= counts[p] <= parent
 
-        if out.positions < 0 or not all(fits(p) for p in counts):
+        def fits_hits(hits: list[int] | None) -> bool:
+            return hits is None or (
+                len(hits) == out.gamma and all(0 <= n <= out.positions for n in hits)
+            )
+
+        if (
+            out.positions < 0
+            or not all(fits(p) for p in counts)
+            or not all(fits_hits(h) for h in (out.top1, out.top3))
+        ):
             raise SpecstreamError(
                 "bad acceptance statistics: a path deeper than gamma, a negative rank or count, "
-                "or a path counted more often than its parent"
+                "a path counted more often than its parent, or per-stream hits that do not fit"
             )
         return out
 
@@ -115,7 +145,30 @@ class Acceptance:
         counts = dict(self.counts)
         for p, n in other.counts.items():
             counts[p] = counts.get(p, 0) + n
-        return Acceptance(self.gamma, self.positions + other.positions, counts, self.source)
+
+        def add(a: list[int] | None, b: list[int] | None) -> list[int] | None:
+            return None if a is None or b is None else [x + y for x, y in zip(a, b, strict=True)]
+
+        return Acceptance(
+            self.gamma,
+            self.positions + other.positions,
+            counts,
+            self.source,
+            add(self.top1, other.top1),
+            add(self.top3, other.top3),
+        )
+
+
+def describe_rates(rates: dict) -> str:
+    """One line of `Acceptance.rates()` for a terminal or a markdown report."""
+    alone = (
+        f"top-1 {rates['top1']}, top-3 {rates['top3']}; " if rates.get("top1") is not None else ""
+    )
+    return (
+        f"streams on {rates['positions']} positions ({rates['source']}): {alone}top-1 given "
+        f"the earlier streams right {rates['top1_given_earlier_right']}, top-3 given theirs in "
+        f"top-3 {rates['top3_given_earlier_in_top3']}"
+    )
 
 
 def ranks_of(history: Sequence[int], probes: Sequence[tuple[int, list[list[int]]]]) -> list:
