@@ -44,11 +44,14 @@ def perplexity(llm, ids: list[int]) -> float:
 def main(gguf: str, wikitext: str, out: str) -> None:
     import llama_cpp
 
-    llm = llama_cpp.Llama(gguf, n_ctx=1024, n_batch=1024, logits_all=True, n_threads=2, verbose=False)
+    llm = llama_cpp.Llama(
+        gguf, n_ctx=1024, n_batch=1024, logits_all=True, n_threads=2, verbose=False
+    )
     text = open(wikitext, encoding="utf-8").read()[:FIRST_CHARS]
     ids = llm.tokenize(text.encode(), add_bos=False, special=False)
     result = {
-        "reference": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp), n_threads=2, CPU, same GGUF",
+        "reference": f"llama-cpp-python {llama_cpp.__version__} (llama.cpp), n_threads=2, CPU, "
+        "same GGUF",
         "wikitext2_valid_first_chars": FIRST_CHARS,
         "perplexity_first_512_tokens": round(perplexity(llm, ids[:512]), 4),
         "perplexity_first_1024_tokens": round(perplexity(llm, ids[:1024]), 4),
