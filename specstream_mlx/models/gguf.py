@@ -20,7 +20,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import gguf
 import mlx.core as mx
+import numpy as np
 
 from ..errors import SpecstreamError
 
@@ -68,7 +70,7 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, mx.array], dict]:
 
 def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
     """Every tensor as float32 and the metadata in mx.load's form, through the `gguf` package."""
-    reader = _plain_reader(path)
+    reader = PlainReader(path)
     metadata = {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):
@@ -82,30 +84,22 @@ def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
         return {t.name: mx.array(a) for t, a in zip(reader.tensors, arrays, strict=True)}, metadata
 
 
-def _plain_reader(path: Path):
+class PlainReader(gguf.GGUFReader):
     """gguf.GGUFReader over a plain ndarray view of its memory map: every np.memmap slice runs
     Python-level bookkeeping, and a 151,936-token vocabulary takes millions of slices (11 s
     against 4 s for Qwen2.5's vocabulary, on the dev CPU)."""
-    import gguf
-    import numpy as np
 
-    class PlainReader(gguf.GGUFReader):
-        @property
-        def data(self):
-            return self._plain
+    @property
+    def data(self):
+        return self._plain
 
-        @data.setter
-        def data(self, value):
-            self._plain = value.view(np.ndarray)  # the view keeps the map alive
-
-    return PlainReader(path)
+    @data.setter
+    def data(self, value):
+        self._plain = value.view(np.ndarray)  # the view keeps the map alive
 
 
 def _dequantized(tensor):
     """One GGUF tensor as a float32 numpy array, shaped (rows, columns) like Hugging Face's."""
-    import gguf
-    import numpy as np
-
     data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
     shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest axis first
     return np.ascontiguousarray(data, dtype=np.float32).reshape(shape)
