@@ -66,10 +66,11 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--targets",
-        choices=["text", "self"],
+        choices=["text", "self", "soft"],
         default="text",
         help="lossless: the streams learn the text's tokens (text), or the base model's own greedy "
-        "predictions on the text (self: what decoding accepts, on any text)",
+        "predictions on the text (self: what decoding accepts, on any text), or those and the "
+        "base's distribution for each token (soft: knowledge distillation, top 32 tokens)",
     )
     p.add_argument("--val-every", type=positive_int, default=50)
     p.add_argument("--checkpoint-every", type=positive_int, default=25)
@@ -113,8 +114,10 @@ def run(args) -> int:
     from specstream_mlx.training.trainer import Checkpoint, TrainConfig, train
 
     out = Path(args.out)
-    if args.targets == "self" and args.mode != "lossless":
-        raise ss.SpecstreamError(f"--targets self is for --mode lossless, not {args.mode}")
+    if args.targets != "text" and args.mode != "lossless":
+        raise ss.SpecstreamError(
+            f"--targets {args.targets} is for --mode lossless, not {args.mode}"
+        )
     if out.exists() and not args.overwrite:
         raise ss.SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
     loaded = ss.load(args.model, precision=args.precision)

@@ -90,18 +90,57 @@ def test_self_targets_are_the_base_greedy_choices(tiny):
     n_msa = params.config.n_msa_layers
     own = prompt + answer
     mask = [False] * len(prompt) + [True] * len(answer)
-    feats = forward.base_features(arch, n_msa, own, mask, self_targets=True)
+    feats = forward.base_features(arch, n_msa, own, mask, targets="self")
     assert feats.targets.tolist()[len(prompt) :] == answer
 
     rng = np.random.RandomState(4)
     text = prompt + [int(t) for t in rng.randint(3, 200, size=12)]
-    feats = forward.base_features(arch, n_msa, text, mask, self_targets=True)
+    feats = forward.base_features(arch, n_msa, text, mask, targets="self")
     logits = tiny.model(mx.array(text)[None])[0]
     assert feats.targets.tolist() == text[:1] + mx.argmax(logits, axis=-1).tolist()[:-1]
     assert feats.targets.tolist() != text
     by_text = forward.stream_loss(arch, params, forward.base_features(arch, n_msa, text, mask))
     by_self = forward.stream_loss(arch, params, feats)
     assert by_self.total.item() != pytest.approx(by_text.total.item(), rel=1e-3)
+
+
+def test_soft_targets_score_the_base_distribution(tiny):
+    """Soft targets keep the base's top tokens for each position's token (from the true prefix)
+    and score stream j at position p by the mean of the cross-entropy to the base's greedy token
+    and to that distribution, recomputed here by hand from the full-vocabulary softmaxes."""
+    arch = arch_of(tiny.model, "llama")
+    params = params_for(tiny, 5)
+    rng = np.random.RandomState(6)
+    ids = [int(t) for t in rng.randint(3, 200, size=14)]
+    mask = [False] * 4 + [True] * 10
+    n_msa, k = params.config.n_msa_layers, forward.SOFT_TOP_K
+    feats = forward.base_features(arch, n_msa, ids, mask, targets="soft")
+    base = np.array(mx.softmax(tiny.model(mx.array(ids)[None])[0].astype(mx.float32), axis=-1))
+    soft_ids, soft_p = np.array(feats.soft.ids), np.array(feats.soft.probs)
+    for i in range(1, len(ids)):  # row i: the base's distribution for token i
+        top = np.argsort(-base[i - 1])[:k]
+        assert set(soft_ids[i]) == set(top)
+        want = base[i - 1][soft_ids[i]] / base[i - 1][top].sum()
+        assert np.allclose(soft_p[i], want, atol=1e-5)
+    assert feats.targets.tolist()[1:] == base.argmax(-1).tolist()[:-1]  # hard part: greedy
+
+    got = forward.stream_loss(arch, params, feats)
+    every = positions.stream_positions(feats.loss_mask, params.config.gamma)
+    hidden = forward.stream_hidden(arch, params, feats, every)
+    greedy = feats.targets.tolist()
+    for j in range(1, params.config.gamma + 1):
+        terms = []
+        for n, p in enumerate(every):
+            t = p + 1 + j
+            if t >= len(ids) or not mask[t]:
+                continue
+            logits = arch.lm_head(arch.norm(hidden[n, j - 1])).astype(mx.float32)
+            logp = np.array(logits - mx.logsumexp(logits))
+            soft = -(soft_p[t] * logp[soft_ids[t]]).sum()
+            terms.append(0.5 * (-logp[greedy[t]] + soft))
+        assert got.stream_nll[j - 1].item() == pytest.approx(np.mean(terms), rel=1e-4)
+    by_self = forward.stream_loss(arch, params, forward.base_features(arch, n_msa, ids, mask, "self"))
+    assert by_self.total.item() != pytest.approx(got.total.item(), rel=1e-3)
 
 
 def test_segment_loss_is_the_full_loss_on_those_positions(tiny):
@@ -221,7 +260,7 @@ def test_malformed_jsonl_reports_line_numbers(tmp_path):
         read_jsonl(empty)
 
 
-@pytest.mark.parametrize("targets", ["text", "self"])
+@pytest.mark.parametrize("targets", ["text", "soft"])
 def test_train_cli_writes_an_adapter_that_decodes_exactly(
     tiny_folders, data_file, tmp_path, targets
 ):
@@ -270,12 +309,15 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(
     assert load_adapter(out, loaded).config == loaded.streams.config
 
 
-def test_self_targets_only_for_lossless_streams(tiny_folders, data_file, tmp_path):
+@pytest.mark.parametrize("targets", ["self", "soft"])
+def test_self_targets_only_for_lossless_streams(tiny_folders, data_file, tmp_path, targets):
     proc = subprocess.run(
         [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
          str(tiny_folders["llama"]), "--data", str(data_file), "--out", str(tmp_path / "a"),
-         "--mode", "shared", "--targets", "self"],
+         "--mode", "shared", "--targets", targets],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert proc.stderr.strip().endswith("error: --targets self is for --mode lossless, not shared")
+    assert proc.stderr.strip().endswith(
+        f"error: --targets {targets} is for --mode lossless, not shared"
+    )

@@ -13,7 +13,11 @@ keys/values through `FrozenMainCache`. This is exact: the loss equals the full f
 Targets: a position's token in the text, or (self targets) the frozen base's greedy prediction
 for it from the true prefix, which the same forward yields. Decoding accepts a draft when it
 equals the base's greedy choice, so self targets teach the streams what will be accepted, on any
-text, without generating the base's own answers first.
+text, without generating the base's own answers first. Soft targets add the base's whole
+distribution for that token (its SOFT_TOP_K most likely tokens, renormalised; kept per position
+from the same forward): stream j at position t learns the mean of the cross-entropy to the
+base's greedy token and the cross-entropy to the base's distribution for token t + 1 + j (the
+latter is the KL divergence up to a constant), as in knowledge distillation.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .positions import shared_stream_positions, stream_positions
 
+TARGETS = ("text", "self", "soft")
+SOFT_TOP_K = 32  # tokens of the base's distribution kept per position for soft targets
+
 
 @dataclass
 class BaseFeatures:
@@ -41,10 +48,37 @@ class BaseFeatures:
     # prediction for position i from ids[:i] (self targets; targets[0] = ids[0])
     h_low: mx.array  # (T, d) hidden state at the pruning point (input of the MSA layers)
     main_kv: list[tuple[mx.array, mx.array]]  # per MSA layer: (1, H_kv, T, D) rotated keys, values
+    soft: Soft | None = None  # soft targets: the base's distribution for each position's token
 
     @property
     def nbytes(self) -> int:
-        return self.h_low.nbytes + sum(k.nbytes + v.nbytes for k, v in self.main_kv)
+        soft = 0 if self.soft is None else self.soft.ids.nbytes + self.soft.probs.nbytes
+        return self.h_low.nbytes + sum(k.nbytes + v.nbytes for k, v in self.main_kv) + soft
+
+
+@dataclass
+class Soft:
+    """The frozen base's distribution for each position's token, from the true prefix: its
+    SOFT_TOP_K most likely tokens and their probabilities renormalised over them (row 0, which
+    nothing predicts, is the first token with probability 1)."""
+
+    ids: mx.array  # (T, K) uint32
+    probs: mx.array  # (T, K) float32, rows sum to 1
+
+    @staticmethod
+    def of(logits: mx.array, first: mx.array) -> Soft:
+        """`logits` (T, V): row i predicts token i + 1."""
+        k = min(SOFT_TOP_K, logits.shape[-1])
+        ids = mx.argpartition(-logits, k - 1, axis=-1)[:, :k]
+        probs = mx.softmax(mx.take_along_axis(logits, ids, axis=-1).astype(mx.float32), axis=-1)
+        ids = mx.concatenate([mx.broadcast_to(first.reshape(1, 1), (1, k)), ids[:-1]])
+        one = mx.concatenate([mx.ones((1, 1)), mx.zeros((1, k - 1))], axis=1)
+        return Soft(ids.astype(mx.uint32), mx.concatenate([one, probs[:-1]]))
+
+    def cross_entropy(self, logits: mx.array, rows: mx.array) -> mx.array:
+        """(R, V) logits scored against the base's distribution of token rows `rows`: (R,)."""
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return -(self.probs[rows] * mx.take_along_axis(logp, self.ids[rows], axis=-1)).sum(-1)
 
 
 @dataclass
@@ -83,11 +117,9 @@ def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
     return h
 
 
-def base_features(
-    arch: Arch, n_msa_layers: int, ids, loss_mask, self_targets: bool = False
-) -> BaseFeatures:
+def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask, targets: str = "text") -> BaseFeatures:
     """Run the frozen base over one sequence once: the hidden state at the pruning point, the
-    main keys/values of each MSA layer (a KV cache records them) and the targets."""
+    main keys/values of each MSA layer (a KV cache records them) and the targets (`TARGETS`)."""
     ids = mx.array(ids)
     n_low = len(arch.layers) - n_msa_layers
     h = lower_hidden(arch, n_low, ids)  # (1, T, d)
@@ -95,12 +127,17 @@ def base_features(
     for layer, cache in zip(arch.layers[n_low:], caches, strict=True):
         h = layer(h, "causal", cache)
     main_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in caches]
-    targets = ids
-    if self_targets:
-        greedy = mx.argmax(arch.lm_head(arch.norm(h[0])), axis=-1).astype(ids.dtype)
-        targets = mx.concatenate([ids[:1], greedy[:-1]])
-    mx.eval(h_low, main_kv, targets)
-    return BaseFeatures(ids, np.asarray(loss_mask, bool), targets, h_low, main_kv)
+    if targets not in TARGETS:
+        raise ValueError(f"targets must be one of {TARGETS}, got {targets!r}")
+    own, soft = ids, None
+    if targets != "text":
+        logits = arch.lm_head(arch.norm(h[0]))  # row i predicts token i + 1
+        greedy = mx.argmax(logits, axis=-1).astype(ids.dtype)
+        own = mx.concatenate([ids[:1], greedy[:-1]])
+        if targets == "soft":
+            soft = Soft.of(logits, ids[:1])
+    mx.eval(h_low, main_kv, own, [] if soft is None else [soft.ids, soft.probs])
+    return BaseFeatures(ids, np.asarray(loss_mask, bool), own, h_low, main_kv, soft)
 
 
 def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray):
@@ -136,7 +173,7 @@ def stream_loss(
         positions = stream_positions(mask_np, cfg.gamma)
     hidden = stream_hidden(arch, params, feats, positions)  # (P, gamma, d)
     stream_nll, correct, counts = _stream_terms(
-        arch, hidden, positions, targets, mask_np, cfg.gamma
+        arch, hidden, positions, (targets, feats.soft), mask_np, cfg.gamma
     )
     total = sum(stream_nll, mx.array(0.0))
     # the pruning head learns next-token prediction on the rows these positions' streams span
@@ -148,8 +185,11 @@ def stream_loss(
     return StreamBatchLoss(total + prune_nll, stream_nll, prune_nll, correct, counts)
 
 
-def _stream_terms(arch: Arch, hidden: mx.array, positions: np.ndarray, ids, mask_np, gamma: int):
-    """Mean NLL and hits of each stream j over the (position, j) pairs that have a target."""
+def _stream_terms(arch: Arch, hidden: mx.array, positions: np.ndarray, targets, mask_np, gamma: int):
+    """Mean NLL and hits of each stream j over the (position, j) pairs that have a target.
+    `targets`: (T,) token ids, or (ids, Soft or None): with soft targets the NLL is the mean of
+    the hard and the soft cross-entropy."""
+    ids, soft = targets if isinstance(targets, tuple) else (targets, None)
     # Every (position, stream) pair with a target: stream j at position p predicts p + 1 + j.
     pairs = [
         (i, j)
@@ -163,9 +203,11 @@ def _stream_terms(arch: Arch, hidden: mx.array, positions: np.ndarray, ids, mask
         idx, js = mx.array([i for i, _ in pairs]), mx.array([j for _, j in pairs])
         # one LM-head pass for all streams: the head's weights are read once
         logits = arch.lm_head(arch.norm(hidden[idx, js - 1]))  # (R, V)
-        targets = ids[mx.array(positions)[idx] + 1 + js]
-        nll = nn.losses.cross_entropy(logits, targets)  # (R,)
-        hits = mx.argmax(logits, axis=-1) == targets
+        rows = mx.array(positions)[idx] + 1 + js
+        nll = nn.losses.cross_entropy(logits, ids[rows])  # (R,)
+        if soft is not None:
+            nll = 0.5 * (nll + soft.cross_entropy(logits, rows))
+        hits = mx.argmax(logits, axis=-1) == ids[rows]
     start = 0
     for n in counts:  # pairs are grouped by stream, in stream order
         if n == 0:

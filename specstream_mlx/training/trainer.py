@@ -52,7 +52,7 @@ class TrainConfig:
     segment: int = 64  # stream positions per sequence per step (a random run); 0 = all
     lora_learning_rate: float = 5e-5  # shared mode's LoRA layers (at mlx-lm's scale 20)
     targets: str = "text"  # lossless streams learn the text's tokens, or "self": the frozen
-    # base's greedy predictions on it (training.forward)
+    # base's greedy predictions on it, or "soft": those and its distribution (training.forward)
 
 
 @dataclass
@@ -245,10 +245,10 @@ class LosslessObjective:
     def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
         self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
         self.module = params
-        n_msa, self_targets = params.config.n_msa_layers, cfg.targets == "self"
+        n_msa = params.config.n_msa_layers
 
         def features(ex: Example) -> BaseFeatures:
-            return base_features(arch, n_msa, ex.ids, ex.loss_mask, self_targets)
+            return base_features(arch, n_msa, ex.ids, ex.loss_mask, cfg.targets)
 
         self.features = FeatureCache(features, data.examples, cache_bytes)
         self.val = [features(ex) for ex in val]
