@@ -100,20 +100,39 @@ def msa_layers(
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
     nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
     picked = mx.array(nodes)
-    streams = main[0, picked, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
-    x = mx.concatenate([main, streams.reshape(1, len(nodes) * gamma, -1)], axis=1)
+    streams = stream_inputs(params, main[0, picked], gamma)
+    x = mx.concatenate([main, streams], axis=1)
     depths = rows.depths
     positions = mx.concatenate([depths, mx.repeat(depths[picked], gamma)]) + rows.prefix
-    mask = rows.mask
+    views = None if caches is None else [MainOnlyCache(c, m) for c in caches[n_low:]]
     with arch.positions(positions):
-        for i, layer in enumerate(arch.layers[n_low:]):
-            cache = None if caches is None else MainOnlyCache(caches[n_low + i], m)
-            x = x + layer.self_attn(layer.input_layernorm(x), mask, cache)
-            n = layer.post_attention_layernorm(x)
-            out = x + layer.mlp(n)
-            if cfg.has_stream_adapters:  # they act on stream rows only
-                out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
-            x = out
+        return msa_block(arch, params, x, m, rows.mask, views)
+
+
+def stream_inputs(params: StreamParams, h: mx.array, gamma: int) -> mx.array:
+    """(S, d) hidden states of S nodes at the pruning point -> (1, S * gamma, d): the initial
+    state of their first gamma streams (the node's state plus each stream's embedding)."""
+    streams = h[:, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
+    return streams.reshape(1, h.shape[0] * gamma, -1)
+
+
+def msa_block(arch: Arch, params: StreamParams, x: mx.array, m: int, mask, caches) -> mx.array:
+    """The MSA layers (the one home of the block that decoding, compiled passes and training
+    run): x (1, m + R, d), m main rows then R stream rows, at the positions the caller set
+    (arch.positions); `caches` one per MSA layer (None: no cache), `mask` over the cached
+    columns then x's rows. The stream adapters act on the stream rows only."""
+    n_low = len(arch.layers) - params.config.n_msa_layers
+    adapters = params.config.has_stream_adapters
+    for i, layer in enumerate(arch.layers[n_low:]):
+        cache = None if caches is None else caches[i]
+        x = x + layer.self_attn(layer.input_layernorm(x), mask, cache)
+        n = layer.post_attention_layernorm(x)
+        out = x + layer.mlp(n)
+        if adapters and m:
+            out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
+        elif adapters:
+            out = out + params.adapters[i](n)
+        x = out
     return x
 
 

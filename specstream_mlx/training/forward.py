@@ -29,7 +29,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
-from ..decoding.tree_step import MsaRows, _msa_mask, msa_layers
+from ..decoding.tree_step import MsaRows, _msa_mask, msa_block, msa_layers, stream_inputs
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .positions import shared_stream_positions, stream_positions
@@ -141,23 +141,19 @@ def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask, targets: str = 
 
 
 def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray):
-    """(P, gamma, d) last hidden states of the streams of `positions` after the MSA layers."""
+    """(P, gamma, d) last hidden states of the streams of `positions` after the MSA layers: the
+    stream rows alone, attending to the sequence's cached main keys/values."""
     cfg = params.config
     t, gamma, s = feats.h_low.shape[0], cfg.gamma, len(positions)
     if s == 0:
         return mx.zeros((0, gamma, feats.h_low.shape[-1]), feats.h_low.dtype)
-    n_low = len(arch.layers) - cfg.n_msa_layers
     rows = mx.array(positions)
-    x = feats.h_low[rows, None, :] + params.stream_embeddings[None]  # (P, gamma, d)
-    x = x.reshape(1, s * gamma, -1)
+    x = stream_inputs(params, feats.h_low[rows], gamma)  # (1, P * gamma, d)
     chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
     mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)[t:]  # stream rows
+    main_kv = [FrozenMainCache(*kv) for kv in feats.main_kv]
     with arch.positions(mx.repeat(rows, gamma)):
-        for i, layer in enumerate(arch.layers[n_low:]):
-            main_kv = FrozenMainCache(*feats.main_kv[i])
-            x = x + layer.self_attn(layer.input_layernorm(x), mask, main_kv)
-            n = layer.post_attention_layernorm(x)
-            x = x + layer.mlp(n) + params.adapters[i](n)  # stream adapters: stream rows only
+        x = msa_block(arch, params, x, 0, mask, main_kv)
     return x[0].reshape(s, gamma, -1)
 
 
