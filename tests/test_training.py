@@ -139,7 +139,9 @@ def test_soft_targets_score_the_base_distribution(tiny):
             soft = -(soft_p[t] * logp[soft_ids[t]]).sum()
             terms.append(0.5 * (-logp[greedy[t]] + soft))
         assert got.stream_nll[j - 1].item() == pytest.approx(np.mean(terms), rel=1e-4)
-    by_self = forward.stream_loss(arch, params, forward.base_features(arch, n_msa, ids, mask, "self"))
+    by_self = forward.stream_loss(
+        arch, params, forward.base_features(arch, n_msa, ids, mask, "self")
+    )
     assert by_self.total.item() != pytest.approx(got.total.item(), rel=1e-3)
 
 

@@ -12,13 +12,15 @@ two places:
   host's work (reading, detokenizing, printing) overlaps the device's;
 - on the host: drafts that need the decided text (prompt lookup, Medusa heads, a test oracle),
   trees that pruning may cut, tree rejection sampling, quantized KV caches. The pass is read
-  back, accepted in numpy and the caches compacted to the accepted path.
+  back, accepted in numpy and the caches compacted to the accepted path: decoding.host's
+  framework-free runner over this module's `MlxForward` (the PyTorch path runs the same
+  runner over its own tensor forward).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -28,23 +30,18 @@ from mlx_lm.models.cache import make_prompt_cache
 from ..models.arch import Arch
 from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
+from .host import Drafter, Drafting, DraftOverride, HostRun, drive
 from .kv import compact
 from .passes import Passes, StepShape, compilable, top_k_ids
-from .plan import PROBE_TOP_K, sparse_tree
 from .policy import StaticShape, TreePolicy
-from .rejection import cap_breadth_first, draw_candidates, rng_for, verify_sampled
 from .step import Step
-from .tree import Tree, accept_greedy, draft_tree
+from .tree import Tree
 from .tree_step import ONE_HEAD_PASS_ROWS, TreeOutput, prefill_with_streams, tree_forward
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
 KV_GROUP_SIZE = 32  # for quantized KV caches; must divide the head dimension
 
-# A draft source besides the streams: (tokens decided so far, the normed last hidden state of
-# the last one or None) -> the tree to verify, rooted at the last token (one node: no draft).
-Drafter = Callable[[list[int], mx.array | None], Tree]
-# Test hook: given the tokens decided so far, the tokens each stream should propose.
-DraftOverride = Callable[[list[int]], list[list[int]]]
+__all__ = ["Decoder", "Drafter", "DraftOverride", "decode", "make_cache", "prefilled"]
 
 
 @dataclass
@@ -73,11 +70,15 @@ class Decoder:
             return cfg.gamma
         return max(self.policy.depth, 1)
 
+    def drafting(self) -> Drafting:
+        streams = self.streams is not None
+        return Drafting(self.policy, streams, self.drafter, self.override, self.probe)
+
 
 @dataclass
 class State:
-    """Where decoding stands. On the device `root`, `drafts` and `offset` are arrays that may
-    still be computing; `bound` is the host's upper bound of the offset."""
+    """Where decoding stands (settled on the device, `root`, `drafts` and `offset` are arrays
+    that may still be computing; `bound` is the host's upper bound of the offset)."""
 
     caches: list
     history: list[int]  # prompt and decided tokens, as far as read back
@@ -94,21 +95,11 @@ def decode(
     """Yield the tokens each forward pass decides until `max_tokens` are decided."""
     sampling = sampling or SamplingParams()
     state = prefilled(dec, prompt_ids)
-    run = (
-        OnDevice(dec, state, sampling)
-        if on_device(dec, state, sampling)
-        else OnHost(dec, state, sampling)
-    )
-    pending, decided = run.issue(), 0
-    while True:
-        ahead = run.issue() if run.pipelined and decided + 1 < max_tokens else None
-        step = run.settle(pending)
-        step.tokens = step.tokens[: max_tokens - decided]
-        decided += len(step.tokens)
-        yield step
-        if decided >= max_tokens:
-            return
-        pending = ahead if ahead is not None else run.issue()
+    if on_device(dec, state, sampling):
+        run = OnDevice(dec, state, sampling)
+    else:
+        run = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
+    yield from drive(run, max_tokens)
 
 
 def on_device(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
@@ -206,153 +197,80 @@ class OnDevice:
         return Step(tokens, pending.nodes, pending.nodes)
 
 
-@dataclass
-class _HostPass:
-    tree: Tree
-    out: TreeOutput
-    offset: int
-    q: list | None  # sampling: the distribution each depth's candidates were drawn from
-    stream_top: mx.array | None = None  # (M, g, k) every survivor's stream proposals
+class MlxForward:
+    """decoding.host's Forward on MLX: compiled passes on the KV buffers where the tree cannot
+    be cut, the eager tree step otherwise (pruning), the model alone for a family the tree
+    passes do not know."""
 
-
-class OnHost:
-    """Passes read back and settled on the host: greedy or tree rejection sampling."""
-
-    pipelined = False
-
-    def __init__(self, dec: Decoder, state: State, sampling: SamplingParams):
-        self.dec, self.state = dec, state
-        self.sampling = None if sampling.greedy else sampling
-        self.rng = rng_for(sampling.seed) if self.sampling is not None else None
+    def __init__(self, dec: Decoder, caches: list):
+        self.dec, self.caches = dec, caches
         n_layers = len(dec.model.layers)
         self.n_low = n_layers if dec.streams is None else n_layers - dec.streams.config.n_msa_layers
-        self.q: list | None = None
 
-    # ---- drafter ----
+    def offset(self) -> int:
+        return self.caches[0].offset
 
-    def _draft(self) -> tuple[Tree, int, list | None]:
-        """The tree to verify, the nodes drafted from outside the streams (not cut by the node
-        cap), and per depth the distribution its candidates were drawn from (None: fixed)."""
-        dec, state, policy = self.dec, self.state, self.dec.policy
-        if dec.drafter is not None:
-            tree = dec.drafter(state.history, state.hidden)
-            if len(tree) > 1 or dec.streams is None or policy.depth == 0:
-                return tree, len(tree) - 1, [None] * len(tree)
-        root, drafts = state.root, state.drafts or []
-        if self.sampling is not None:
-            tree = cap_breadth_first(draft_tree(root, drafts), policy.max_nodes)
-            return tree, 0, self.q
-        if policy.paths is not None:
-            return sparse_tree(root, drafts, policy.paths), 0, None
-        drafted = [c[: policy.top_k] for c in drafts[: policy.depth]]
-        if policy.prune_threshold == 0 and all(len(c) == 1 for c in drafted):
-            drafted = drafted[: policy.max_nodes - 1]  # a chain cut to N nodes keeps N - 1 levels
-        return draft_tree(root, drafted), 0, None
-
-    # ---- verifier ----
-
-    def _verify(self, tree: Tree, extra: int) -> TreeOutput:
-        dec, caches = self.dec, self.state.caches
-        drafts = self._drafts_from_streams() and dec.override is None
-        if self.sampling is not None:
-            prune = None  # a cut would depend on the drawn tokens: the cap is breadth-first
-        else:
-            prune = replace(dec.policy, max_nodes=dec.policy.max_nodes + extra)
+    def verify(self, tree: Tree, prune: TreePolicy | None, drafts: bool) -> MlxVerified:
+        dec, caches = self.dec, self.caches
         cuts = (
             prune is not None
             and len(tree) > 1
             and (len(tree) > prune.max_nodes or prune.prune_threshold > 0)
         )
         if dec.passes is not None and not cuts and compilable(caches):
-            return self._compiled(tree, drafts)
-        if dec.arch is None:  # a family the tree passes do not know: mlx-lm's model, one token
-            logits = dec.model(mx.array(tree.tokens)[None], cache=caches)[0]
-            return TreeOutput([0], logits, None)
-        if dec.streams is None:
-            return tree_forward(dec.arch, None, tree, caches)
-        return tree_forward(dec.arch, dec.streams, tree, caches, dec.n_streams, drafts, prune)
+            out = self._compiled(tree, drafts)
+        elif dec.arch is None:  # a family the tree passes do not know: mlx-lm's model, one token
+            out = TreeOutput([0], dec.model(mx.array(tree.tokens)[None], cache=caches)[0], None)
+        elif dec.streams is None:
+            out = tree_forward(dec.arch, None, tree, caches)
+        else:
+            out = tree_forward(dec.arch, dec.streams, tree, caches, dec.n_streams, drafts, prune)
+        return MlxVerified(out, dec.arch)
 
     def _compiled(self, tree: Tree, drafts: bool) -> TreeOutput:
         n, g = len(tree), self.dec.n_streams
         heads = "main"
         if drafts:
             heads = "one" if n * (1 + g) <= ONE_HEAD_PASS_ROWS else "split"
-        main, extra = self.dec.passes.logits(tree, self.state.caches, g, heads)
+        main, extra = self.dec.passes.logits(tree, self.caches, g, heads)
         nodes = list(range(n))
         if heads == "one":
             return TreeOutput(nodes, main, None, extra)
         return TreeOutput(nodes, main, extra)
 
-    # ---- the loop's two halves ----
+    def keep(self, offset: int, nodes: list[int], path: list[int]) -> None:
+        compact_layers(self.caches, self.n_low, offset, nodes, path)
 
-    def issue(self) -> _HostPass:
-        offset = self.state.caches[0].offset
-        tree, extra, q = self._draft()
-        out = self._verify(tree, extra)
-        return _HostPass(tree, out, offset, q)
 
-    def settle(self, p: _HostPass) -> Step:
-        state = self.state
-        if self.sampling is None:
-            path, tokens = self._greedy(p)
-        else:
-            path, tokens = self._sampled(p)
-        state.history.extend(tokens)
-        state.root = tokens[-1]
-        state.hidden = None if p.out.main_hidden is None else p.out.main_hidden[path[-1]]
-        if self._drafts_from_streams():
-            self._next_drafts(p, path[-1])
-        return Step(tokens, len(p.tree), len(p.out.survivors))
+class MlxVerified:
+    """decoding.host's Verified on MLX: a TreeOutput read back on demand."""
 
-    # ---- acceptors ----
+    def __init__(self, out: TreeOutput, arch: Arch):
+        self.out, self.arch, self.survivors = out, arch, out.survivors
+        self._top: mx.array | None = None  # (M, g, k) every survivor's stream proposals
 
-    def _greedy(self, p: _HostPass) -> tuple[list[int], list[int]]:
-        argmax = mx.argmax(p.out.main_logits, axis=-1)
-        if p.out.stream_logits is not None:  # read back in the same wait as the verification
-            p.stream_top = top_k_ids(p.out.stream_logits, self._top_k())
-            mx.eval(argmax, p.stream_top)
-        argmax = argmax.tolist()
-        path = accept_greedy(p.tree, p.out.survivors, argmax)
-        nodes = [p.out.survivors[m] for m in path]
-        compact_layers(self.state.caches, self.n_low, p.offset, nodes, path)
-        return path, [p.tree.tokens[n] for n in nodes[1:]] + [argmax[path[-1]]]
+    def greedy(self, k: int) -> list[int]:
+        argmax = mx.argmax(self.out.main_logits, axis=-1)
+        if self.out.stream_logits is not None:  # read back in the same wait
+            self._top = top_k_ids(self.out.stream_logits, k)
+            mx.eval(argmax, self._top)
+        return argmax.tolist()
 
-    def _sampled(self, p: _HostPass) -> tuple[list[int], list[int]]:
-        target = probabilities(p.out.main_logits, self.sampling)
+    def target(self, sampling: SamplingParams):
+        target = probabilities(self.out.main_logits, sampling)
         mx.eval(target)
-        q = p.q if p.q is not None else [None] * len(p.tree)
-        path, token = verify_sampled(p.tree, lambda n: np.array(target[n]), q, self.rng)
-        compact_layers(self.state.caches, self.n_low, p.offset, path, path)
-        return path, [p.tree.tokens[n] for n in path[1:]] + [token]
+        return lambda n: np.array(target[n])
 
-    def _drafts_from_streams(self) -> bool:
-        dec = self.dec
-        return dec.streams is not None and (dec.policy.depth > 0 or dec.probe is not None)
+    def stream_top(self, m: int, k: int) -> list[list[int]]:
+        if self._top is not None:
+            return self._top[m].tolist()
+        return top_k_ids(self.out.streams_of(self.arch, m), k).tolist()
 
-    def _top_k(self) -> int:
-        return (
-            max(self.dec.policy.top_k, PROBE_TOP_K)
-            if self.dec.probe is not None
-            else self.dec.policy.top_k
-        )
+    def stream_probs(self, m: int, depth: int, sampling: SamplingParams) -> np.ndarray:
+        return np.array(probabilities(self.out.streams_of(self.arch, m)[:depth], sampling))
 
-    def _next_drafts(self, p: _HostPass, m: int) -> None:
-        """The streams' proposals at accepted survivor m, for the next tree."""
-        dec, state, out = self.dec, self.state, p.out
-        if self.sampling is not None:
-            depth = dec.policy.depth
-            q = np.array(probabilities(out.streams_of(dec.arch, m)[:depth], self.sampling))
-            self.q = list(q)  # (depth, V): what each depth's candidates are drawn from
-            state.drafts = [draw_candidates(q[j], dec.policy.top_k, self.rng) for j in range(depth)]
-            return
-        if dec.override is not None:
-            state.drafts = dec.override(state.history)
-        elif p.stream_top is not None:
-            state.drafts = p.stream_top[m].tolist()
-        else:
-            state.drafts = top_k_ids(out.streams_of(dec.arch, m), self._top_k()).tolist()
-        if dec.probe is not None:
-            dec.probe.append((len(state.history), state.drafts))
+    def hidden(self, m: int):
+        return None if self.out.main_hidden is None else self.out.main_hidden[m]
 
 
 def compact_layers(caches, n_low: int, offset: int, nodes: list[int], path: list[int]) -> None:

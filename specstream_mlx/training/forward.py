@@ -117,7 +117,9 @@ def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
     return h
 
 
-def base_features(arch: Arch, n_msa_layers: int, ids, loss_mask, targets: str = "text") -> BaseFeatures:
+def base_features(
+    arch: Arch, n_msa_layers: int, ids, loss_mask, targets: str = "text"
+) -> BaseFeatures:
     """Run the frozen base over one sequence once: the hidden state at the pruning point, the
     main keys/values of each MSA layer (a KV cache records them) and the targets (`TARGETS`)."""
     ids = mx.array(ids)
@@ -181,7 +183,9 @@ def stream_loss(
     return StreamBatchLoss(total + prune_nll, stream_nll, prune_nll, correct, counts)
 
 
-def _stream_terms(arch: Arch, hidden: mx.array, positions: np.ndarray, targets, mask_np, gamma: int):
+def _stream_terms(
+    arch: Arch, hidden: mx.array, positions: np.ndarray, targets, mask_np, gamma: int
+):
     """Mean NLL and hits of each stream j over the (position, j) pairs that have a target.
     `targets`: (T,) token ids, or (ids, Soft or None): with soft targets the NLL is the mean of
     the hard and the soft cross-entropy."""
