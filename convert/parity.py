@@ -26,7 +26,7 @@ def one_tree_step(loaded, params, base, streams, prompt: list[int], tree: Tree):
     torch_caches = [LayerCache() for _ in view.layers]
     with torch.inference_mode():
         prefill(view, streams, prompt[:-1], torch_caches)
-        survivors, main, stream = tree_forward(view, streams, tree, torch_caches)
+        survivors, main, stream = tree_forward(view, streams, tree, torch_caches, cut=prune)
     return out, survivors, main.float().cpu().numpy(), stream.float().cpu().numpy()
 
 

@@ -1,10 +1,12 @@
 """Speculative Streaming in PyTorch on Hugging Face transformers models: the stream parameters,
-the multi-stream attention (MSA) layers, the tree step and the greedy tree decoder, computing the
-same thing as specstream_mlx (decoding/tree_step.py, decoding/speculative.py).
+the multi-stream attention (MSA) layers and the tree step, computing the same thing as
+specstream_mlx (decoding/tree_step.py); decoding runs the MLX runtime's own loop.
 
 Everything that is not tensor arithmetic is shared with the MLX runtime and not re-implemented:
-the tree (draft, pruning, ancestors, acceptance), the MSA attention mask, the stream config and
-prompt lookup come from specstream_mlx's mlx-free modules. The layer loop is run here, as on the
+the decoding loop, its drafters and acceptors (decoding/host.py: this module supplies only a
+`Forward`, the tensor pass over its caches), the tree (draft, pruning, ancestors), the MSA
+attention mask, the stream config and prompt lookup come from specstream_mlx's mlx-free
+modules. The layer loop is run here, as on the
 MLX side, with the model's own modules (norms, projections, MLP, rotary embedding); attention is
 computed with `scaled_dot_product_attention` under the tree's boolean mask, so it needs no
 attention-mask conventions of a particular transformers version.
@@ -12,9 +14,7 @@ attention-mask conventions of a particular transformers version.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -22,22 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
-from specstream_mlx.decoding.rejection import (
-    cap_breadth_first,
-    draw_candidates,
-    rng_for,
-    verify_sampled,
-)
+from specstream_mlx.decoding.host import Drafting, HostRun, drive
+from specstream_mlx.decoding.lookup import LookupConfig, lookup_drafter
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.step import Step
-from specstream_mlx.decoding.tree import (
-    Tree,
-    accept_greedy,
-    draft_depth,
-    draft_tree,
-    msa_mask,
-    prune,
-)
+from specstream_mlx.decoding.tree import Tree, msa_mask, prune
 from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 
@@ -215,24 +204,25 @@ def tree_forward(
     tree: Tree,
     caches: list[LayerCache],
     n_streams: int | None = None,
-    extra_nodes: int = 0,
+    cut: TreePolicy | None = None,
 ):
-    """Verify `tree` and run the first `n_streams` streams of its survivors. Returns
-    (survivors, main logits (M, V), stream logits (M, g, V))."""
+    """Verify `tree` and run the first `n_streams` streams of its survivors; `cut` (a tree
+    policy: threshold and node cap; None: never) prunes the tree with the early-exit head
+    first. Returns (survivors, main logits (M, V), stream logits (M, g, V))."""
     cfg = streams.config
     prefix = caches[0].offset
-    cap = cfg.max_tree_nodes + extra_nodes
     n_low = len(view.layers) - cfg.n_msa_layers
     h = lower_layers(view, n_low, tree, caches, prefix)
     survivors = list(range(len(tree)))
-    if len(tree) > 1 and (len(tree) > cap or cfg.prune_threshold > 0):
+    cuts = cut is not None and (len(tree) > cut.max_nodes or cut.prune_threshold > 0)
+    if len(tree) > 1 and cuts:
         parents = sorted(set(tree.parents[1:]))
         hp = h[0, parents]
         probs = torch.softmax(view.head(hp + streams.prune(hp)).float(), dim=-1)  # (P, V)
         row = {p: i for i, p in enumerate(parents)}
         picked = probs[[row[p] for p in tree.parents[1:]], tree.tokens[1:]]
         transition = np.concatenate([[1.0], picked.cpu().numpy()])
-        survivors = prune(tree, transition, cfg.prune_threshold, cap)
+        survivors = prune(tree, transition, cut.prune_threshold, cut.max_nodes)
     m, gamma = len(survivors), cfg.gamma if n_streams is None else n_streams
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
     kept = view.tensor(survivors).long()
@@ -263,6 +253,48 @@ def prefill(view: View, streams: TorchStreams | None, tokens: list[int], caches)
         msa_layers(view, streams, h, depths, piece.ancestors(), caches, prefix)
 
 
+class TorchForward:
+    """decoding.host's Forward over this module's tensor pass and caches."""
+
+    def __init__(self, view: View, streams: TorchStreams, caches: list[LayerCache], n_streams):
+        self.view, self.streams, self.caches, self.n_streams = view, streams, caches, n_streams
+        self.n_low = len(view.layers) - streams.config.n_msa_layers
+
+    def offset(self) -> int:
+        return self.caches[0].offset
+
+    def verify(self, tree: Tree, cut: TreePolicy | None, drafts: bool) -> TorchVerified:
+        out = tree_forward(self.view, self.streams, tree, self.caches, self.n_streams, cut)
+        return TorchVerified(*out)
+
+    def keep(self, offset: int, nodes: list[int], path: list[int]) -> None:
+        for i, cache in enumerate(self.caches):  # below the MSA layers every node was cached
+            cache.keep(offset, nodes if i < self.n_low else path)
+
+
+class TorchVerified:
+    """decoding.host's Verified: one tree step's logits, read back on demand."""
+
+    def __init__(self, survivors: list[int], main: torch.Tensor, streams: torch.Tensor):
+        self.survivors, self.main, self.streams = survivors, main, streams
+
+    def greedy(self, k: int) -> list[int]:
+        return self.main.argmax(dim=-1).tolist()
+
+    def target(self, sampling: SamplingParams):
+        target = probabilities(self.main, sampling).double().cpu().numpy()
+        return lambda n: target[n]
+
+    def stream_top(self, m: int, k: int) -> list[list[int]]:
+        return top_k_ids(self.streams[m], k).tolist()
+
+    def stream_probs(self, m: int, depth: int, sampling: SamplingParams) -> np.ndarray:
+        return probabilities(self.streams[m, :depth], sampling).double().cpu().numpy()
+
+    def hidden(self, m: int):
+        return None
+
+
 @torch.inference_mode()
 def speculative_decode(
     model: nn.Module,
@@ -274,99 +306,27 @@ def speculative_decode(
     draft_override=None,
     sampling: SamplingParams | None = None,
 ) -> Iterator[Step]:
-    """Greedy Speculative Streaming (the MLX runtime's speculative_decode): each pass verifies
-    the previous draft and drafts the next one from the streams of the last accepted node.
-    draft=False decides one token per pass with the streams still computed (plain decoding of a
-    shared-mode model, whose main stream attends to its own streams). `lookup` drafts the prompt
-    lookup chain instead of the streams' tree whenever the context has a match.
-    `draft_override` (a test hook, as on the MLX side): given the tokens decided so far, the
-    tokens each stream should propose. With `sampling` (a temperature) the drafts are drawn from
-    the streams' distributions and verified by tree rejection sampling, as on the MLX side."""
-    if sampling is not None and not sampling.greedy:
-        if draft_override is not None:
-            raise ValueError("draft_override is for greedy decoding")
-        yield from _sampled(model, streams, prompt_ids, max_tokens, draft, lookup, sampling)
-        return
+    """Speculative Streaming with the MLX runtime's loop (decoding.host) over this module's
+    tensor pass: each pass verifies the previous draft and drafts the next one from the streams
+    of the last accepted node (the streams' own tree policy). draft=False decides one token per
+    pass with the streams still computed (plain decoding of a shared-mode model, whose main
+    stream attends to its own streams). `lookup` drafts the prompt lookup chain instead of the
+    streams' tree whenever the context has a match. `draft_override` (a test hook, greedy
+    only): given the tokens decided so far, the tokens each stream should propose. With
+    `sampling` (a temperature) the drafts are drawn from the streams' distributions and
+    verified by tree rejection sampling (no pruning: the tree's shape is fixed in advance)."""
+    sampling = sampling or SamplingParams()
+    if draft_override is not None and not sampling.greedy:
+        raise ValueError("draft_override is for greedy decoding")
     view, cfg = View(model), streams.config
-    n_low = len(view.layers) - cfg.n_msa_layers
+    policy = TreePolicy.of(cfg) if draft else TreePolicy()
+    drafter = lookup_drafter(lookup) if lookup is not None and draft else None
+    drafting = Drafting(policy, True, drafter, draft_override)
+    n_streams = cfg.gamma if cfg.mode == "shared" else max(policy.depth, 1)
     caches = [LayerCache() for _ in view.layers]
     prefill(view, streams, prompt_ids[:-1], caches)
-    depth = draft_depth(cfg) if draft else cfg.gamma
-    n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
-    root, stream_tokens, decided, history = prompt_ids[-1], [], 0, list(prompt_ids)
-    while decided < max_tokens:
-        if cfg.prune_threshold == 0 and all(len(c) == 1 for c in stream_tokens):
-            stream_tokens = stream_tokens[: cfg.max_tree_nodes - 1]
-        copied = lookup_draft(history, lookup) if lookup is not None and draft else []
-        tree = draft_tree(root, [[t] for t in copied] if copied else stream_tokens)
-        offset = caches[0].offset
-        survivors, main_logits, stream_logits = tree_forward(
-            view, streams, tree, caches, n_streams, len(copied)
-        )
-        argmax = main_logits.argmax(dim=-1).tolist()
-        path = accept_greedy(tree, survivors, argmax)
-        nodes = [survivors[m] for m in path]
-        for i, cache in enumerate(caches):  # below the MSA layers every node was cached
-            cache.keep(offset, nodes if i < n_low else path)
-        tokens = [tree.tokens[n] for n in nodes[1:]] + [argmax[path[-1]]]
-        tokens = tokens[: max_tokens - decided]
-        decided += len(tokens)
-        history.extend(tokens)
-        root = tokens[-1]
-        if draft and depth > 0 and draft_override is not None:
-            stream_tokens = draft_override(history)
-        elif draft and depth > 0:
-            stream_tokens = top_k_ids(stream_logits[path[-1]], cfg.top_k).tolist()
-        else:
-            stream_tokens = []
-        yield Step(tokens, len(tree), len(survivors))
-
-
-def _sampled(model, streams, prompt_ids, max_tokens, draft, lookup, sampling) -> Iterator[Step]:
-    """The MLX runtime's speculative sampling (decoding/speculative.py `_sampled`): candidates
-    drawn without replacement from the streams' distributions, a breadth-first node cap (no
-    pruning head), recursive rejection sampling (decoding/rejection.py, shared)."""
-    view, cfg = View(model), streams.config
-    streams = _unpruned(streams)
-    caches = [LayerCache() for _ in view.layers]
-    prefill(view, streams, prompt_ids[:-1], caches)
-    depth = draft_depth(streams.config) if draft else 0
-    n_streams = max(depth, 1) if cfg.mode == "lossless" else cfg.gamma
-    rng = rng_for(sampling.seed)
-    root, candidates, drafts, decided = prompt_ids[-1], [], [], 0
-    history = list(prompt_ids)
-    while decided < max_tokens:
-        copied = lookup_draft(history, lookup) if lookup is not None and draft else []
-        if copied:
-            tree, drafts = draft_tree(root, [[t] for t in copied]), [None] * len(copied)
-        else:
-            tree = cap_breadth_first(draft_tree(root, candidates), cfg.max_tree_nodes)
-        offset = caches[0].offset
-        survivors, main_logits, stream_logits = tree_forward(
-            view, streams, tree, caches, n_streams, len(copied)
-        )
-        assert survivors == list(range(len(tree)))
-        target = probabilities(main_logits, sampling).double().cpu().numpy()
-        path, token = verify_sampled(tree, lambda n, t=target: t[n], drafts, rng)
-        for cache in caches:  # nothing was pruned: node and survivor indices agree
-            cache.keep(offset, path)
-        tokens = [tree.tokens[n] for n in path[1:]] + [token]
-        tokens = tokens[: max_tokens - decided]
-        decided += len(tokens)
-        history.extend(tokens)
-        root = tokens[-1]
-        if depth > 0:
-            q = probabilities(stream_logits[path[-1], :depth], sampling).double().cpu().numpy()
-            drafts = list(q)
-            candidates = [draw_candidates(q[j], cfg.top_k, rng) for j in range(depth)]
-        yield Step(tokens, len(tree), len(tree))
-
-
-def _unpruned(streams: TorchStreams) -> TorchStreams:
-    """The same parameters with pruning off (sampling fixes the tree's shape in advance)."""
-    other = copy.copy(streams)
-    other.config = replace(streams.config, prune_threshold=0.0)
-    return other
+    forward = TorchForward(view, streams, caches, n_streams)
+    yield from drive(HostRun(forward, drafting, list(prompt_ids), sampling), max_tokens)
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -10,11 +10,10 @@ import mlx.core as mx
 
 from .backend import device_name
 from .calibration import latency_curve, tuned
-from .decoding.lookup import LookupConfig, lookup_draft
+from .decoding.lookup import LookupConfig, lookup_drafter
 from .decoding.loop import Decoder, Drafter, DraftOverride
 from .decoding.passes import Passes
 from .decoding.policy import TreePolicy
-from .decoding.tree import Tree, draft_tree
 from .errors import SpecstreamError
 from .models.arch import SUPPORTED, arch_of
 from .sampling import SamplingParams
@@ -101,15 +100,6 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
     dec.override = opts.draft_override
     return Resolved(dec, ran, tree)
-
-
-def lookup_drafter(config: LookupConfig) -> Drafter:
-    """Prompt lookup as a drafter: the chain that followed the context's last n-gram before."""
-
-    def draft(history: list[int], _hidden) -> Tree:
-        return draft_tree(history[-1], [[t] for t in lookup_draft(history, config)])
-
-    return draft
 
 
 def default_streams(loaded, config=None) -> StreamParams:

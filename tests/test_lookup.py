@@ -9,13 +9,12 @@ from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx.decoding import loop
-from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft
+from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft, lookup_drafter
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
-from specstream_mlx.session import lookup_drafter
 
 from .test_shared import shared_streams
 from .test_speculative import streams_for

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .tree import Tree, draft_tree
+
 
 @dataclass(frozen=True)
 class LookupConfig:
@@ -30,3 +32,13 @@ def lookup_draft(history: list[int], config: LookupConfig = LookupConfig()) -> l
             start = int(hits[-1]) + n
             return tokens[start : start + config.max_draft].tolist()
     return []
+
+
+def lookup_drafter(config: LookupConfig):
+    """Prompt lookup as a drafter (decoding.host.Drafter): the chain that followed the
+    context's last n-gram before."""
+
+    def draft(history: list[int], _hidden) -> Tree:
+        return draft_tree(history[-1], [[t] for t in lookup_draft(history, config)])
+
+    return draft
