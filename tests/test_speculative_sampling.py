@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import specstream_mlx as ss
+from specstream_mlx.decoding.loop import Decoder, prefilled
 from specstream_mlx.decoding.rejection import (
     cap_breadth_first,
     draw_candidates,
@@ -18,7 +19,9 @@ from specstream_mlx.decoding.rejection import (
     verify_sampled,
 )
 from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
+from specstream_mlx.models.arch import arch_of
 from specstream_mlx.sampling import SamplingParams, probabilities
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
@@ -277,6 +280,61 @@ def test_shared_mode_samples_too(tiny_folders):
         assert len(spec.token_ids) == 12
     finally:
         remove_lora(loaded.model)
+
+
+def shared_distribution(loaded, prompt, sampling, n_tokens):
+    """Exact probability of every n-token continuation under plain sampling of a shared-mode
+    model, whose main stream attends to its streams: every decided token runs as plain
+    decoding runs it, one pass each with its streams (the prompt as prefilled)."""
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    dec = Decoder(loaded.model, arch, loaded.streams)
+    table = {(): 1.0}
+    for _ in range(n_tokens):
+        grown = {}
+        for seq, pr in table.items():
+            caches = prefilled(dec, prompt).caches
+            for root in (prompt[-1], *seq):
+                out = tree_forward(arch, loaded.streams, draft_tree(root, []), caches)
+            p = np.array(probabilities(out.main_logits[0], sampling), dtype=np.float64)
+            for t in np.flatnonzero(p > 0):
+                grown[(*seq, int(t))] = pr * p[t]
+        table = grown
+    return table
+
+
+@pytest.mark.parametrize("prompt_streams", [False, True])
+def test_shared_adapter_sampling_equals_its_plain_sampling(tiny_folders, prompt_streams):
+    """A shared-mode adapter (its main stream attends to its streams) samples with `ss` from
+    the distribution of its own plain decoding, computed exactly token by token."""
+    loaded = ss.load(str(tiny_folders["llama"]))
+    loaded.eos_token_ids = set()
+    cfg = StreamConfig(
+        gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4, mode="shared",
+        prompt_streams=prompt_streams,
+    )  # fmt: skip
+    streams = StreamParams(cfg.validate(4), loaded.config["hidden_size"])
+    # untrained streams (copies of the main stream) draft what gets accepted at times; random
+    # embeddings make them differ from it, so the main stream's attention to them matters
+    shape = streams.stream_embeddings.shape
+    streams.stream_embeddings = 0.5 * mx.random.normal(shape, key=mx.random.key(5))
+    loaded.streams = streams
+    sampling, prompt, n_tokens, runs = SamplingParams(0.8, top_k=3), [7, 3, 7, 3, 7], 3, 1200
+    exact = shared_distribution(loaded, prompt, sampling, n_tokens)
+    counts, passes = {}, 0
+    for i in range(runs):
+        s = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, seed=20_000 + i)
+        out = ss.generate(loaded, prompt, max_tokens=n_tokens, sampling=s, decoder="ss",
+                          chat=False)  # fmt: skip
+        counts[tuple(out.token_ids)] = counts.get(tuple(out.token_ids), 0) + 1
+        passes += out.stats.forward_passes
+    assert set(counts) <= set(exact)
+    cells = sorted(exact)
+    observed = np.array([counts.get(c, 0) for c in cells])
+    assert chi_square_p(observed, np.array([exact[c] for c in cells]) * runs) > P_MIN
+    assert passes < 0.95 * runs * n_tokens  # drafts were accepted
+    first = shared_distribution(loaded, prompt, sampling, 1)
+    loaded.streams = None  # the streams change what the shared model samples
+    assert first != pytest.approx(plain_distribution(loaded, prompt, sampling, 1), abs=1e-3)
 
 
 @pytest.mark.parametrize(
