@@ -51,6 +51,14 @@ def add_parser(subparsers) -> None:
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
     )
     p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared, next-token)")
+    p.add_argument(
+        "--lora-layers",
+        type=non_negative_int,
+        default=0,
+        help="shared, next-token: train the LoRA of the top N blocks only (at least the MSA "
+        "layers in shared mode); the blocks below run once per sequence and their output is "
+        "cached, so a step runs N blocks instead of all. 0 = every block (default)",
+    )
     p.add_argument("--steps", type=positive_int, default=200)
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--lr", type=float, default=5e-4, help="streams and pruning projection")
@@ -152,6 +160,7 @@ def run(args) -> int:
     if args.mode in ("shared", "next-token"):
         apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
+        lora_layers=args.lora_layers,
         steps=args.steps,
         batch_size=args.batch_size,
         learning_rate=args.lr,

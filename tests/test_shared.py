@@ -128,7 +128,7 @@ def test_shared_mode_changes_the_output_and_training_matches_decoding(
     mask = np.array([False] * len(prompt) + [True] * len(decoded))
     carry = positions.shared_stream_positions(params.config, mask)
     assert carry[0] == (0 if prompt_streams else len(prompt) - 1)
-    _, main, _ = forward.shared_hidden(arch, params, ids, carry)
+    _, main, _ = forward.shared_hidden(arch, params, forward.Frozen.of(arch, ids, 0), carry)
     argmax = np.array(mx.argmax(arch.lm_head(arch.norm(main)), axis=-1))
     assert list(argmax[len(prompt) - 1 : -1]) == decoded
 

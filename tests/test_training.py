@@ -323,3 +323,60 @@ def test_self_targets_only_for_lossless_streams(tiny_folders, data_file, tmp_pat
     assert proc.stderr.strip().endswith(
         f"error: --targets {targets} is for --mode lossless, not shared"
     )
+
+
+@pytest.mark.parametrize("mode", ["shared", "next-token"])
+def test_lora_layers_train_the_top_blocks_on_cached_features(
+    tiny_folders, data_file, tmp_path, mode
+):
+    """TrainConfig.lora_layers: the loss from the cached output of the frozen blocks equals the
+    whole model's (their LoRA is zero), only the top blocks' LoRA moves, and every layer's LoRA
+    is trainable again afterwards."""
+    from specstream_mlx.streams.lora import apply_lora, remove_lora
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    arch = arch_of(loaded.model, "llama")
+    apply_lora(loaded.model, 4, 20.0)
+    try:
+        params = None
+        if mode == "shared":
+            cfg = StreamConfig(gamma=2, n_msa_layers=2, top_k=1, mode="shared", lora_rank=4)
+            params = StreamParams(cfg.validate(4), loaded.config["hidden_size"]).randomize(2)
+        data = load_dataset(data_file, loaded.tokenizer, 128)
+        ex = data.examples[3]
+        frozen = forward.Frozen.of(arch, ex.ids, 2)
+        for i in (2, 3):  # the top blocks' LoRA does something
+            proj = loaded.model.model.layers[i].self_attn.q_proj
+            proj.lora_b = 0.1 * mx.random.normal(proj.lora_b.shape, key=mx.random.key(i))
+        if params is not None:
+            whole = forward.shared_loss(arch, params, ex.ids, ex.loss_mask).total
+            cached = forward.shared_loss(arch, params, ex.ids, ex.loss_mask, frozen).total
+        else:
+            whole = forward.next_token_loss(loaded.model, ex.ids, ex.loss_mask)[0]
+            cached = forward.next_token_loss(loaded.model, ex.ids, ex.loss_mask, (arch, frozen))[0]
+        assert cached.item() == pytest.approx(whole.item(), rel=1e-5)
+
+        def lora():
+            return {k: np.array(v) for k, v in tree_flatten(loaded.model.parameters())
+                    if k.endswith(("lora_a", "lora_b"))}  # fmt: skip
+
+        before = lora()
+        train(loaded, params, data, data.examples[:2], tmp_path / "a",
+              TrainConfig(steps=3, batch_size=2, lora_learning_rate=1e-2, val_every=3,
+                          lora_layers=2), log=lambda s: None)  # fmt: skip
+        moved = {k for k, v in lora().items() if not np.array_equal(before[k], v)}
+        assert moved and all(k.startswith(("model.layers.2.", "model.layers.3.")) for k in moved)
+        trainable = {k for k, _ in tree_flatten(loaded.model.trainable_parameters())}
+        assert trainable == set(before)  # the frozen blocks' LoRA is trainable again
+        with pytest.raises(ss.SpecstreamError, match="lora_layers must be in"):
+            bad = TrainConfig(steps=1, lora_layers=1 if params else 5)
+            train(loaded, params, data, data.examples[:2], tmp_path / "b", bad, log=print)
+    finally:
+        remove_lora(loaded.model)
+
+
+def test_lora_layers_only_where_lora_trains(tiny, data_file, tmp_path):
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    with pytest.raises(ss.SpecstreamError, match="lora_layers is for the LoRA"):
+        train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "a",
+              TrainConfig(steps=1, lora_layers=2), log=lambda s: None)  # fmt: skip

@@ -183,9 +183,12 @@ def can_fuse(model: nn.Module, lora: dict[str, mx.array]) -> bool:
 
 def fuse_lora(model: nn.Module, lora: dict[str, mx.array], scale: float) -> Fused:
     """Put `lora` (PREFIX + path.lora_a / .lora_b) into the base weights; the base model must
-    carry no LoRA layers and nothing fused (`unfuse_lora` first)."""
-    base = {}
-    for path in _targets(lora):
+    carry no LoRA layers and nothing fused (`unfuse_lora` first). Targets whose b is zero (the
+    blocks an adapter trained with lora_layers left alone) add nothing and are skipped."""
+    base, targets = {}, _targets(lora)
+    used = [mx.any(lora[f"{PREFIX}{path}.lora_b"] != 0) for path in targets]
+    mx.eval(used)
+    for path in (p for p, u in zip(targets, used, strict=True) if u.item()):
         linear = _module(model, path)
         w0 = linear.weight  # (out, in)
         a, b = lora[f"{PREFIX}{path}.lora_a"], lora[f"{PREFIX}{path}.lora_b"]  # (in, r), (r, out)

@@ -109,12 +109,37 @@ class FrozenMainCache:
         )
 
 
-def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
-    """(T,) token ids -> (1, T, d) hidden state after the layers below the MSA layers."""
-    h = arch.embed(ids[None])
-    for layer in arch.layers[:n_low]:
+def blocks(arch: Arch, h: mx.array, start: int, stop: int) -> mx.array:
+    """(1, T, d) hidden state entering block `start` -> leaving block stop - 1 (causal)."""
+    for layer in arch.layers[start:stop]:
         h = layer(h, "causal", None)
     return h
+
+
+def lower_hidden(arch: Arch, n_low: int, ids: mx.array) -> mx.array:
+    """(T,) token ids -> (1, T, d) hidden state after the layers below the MSA layers."""
+    return blocks(arch, arch.embed(ids[None]), 0, n_low)
+
+
+@dataclass
+class Frozen:
+    """A sequence's hidden state after its first `blocks` blocks, whose weights do not train
+    (shared and next-token training with LoRA in the top blocks only): computed once per
+    sequence and cached by the trainer, as lossless mode caches its base features."""
+
+    blocks: int  # 0: the token embeddings
+    h: mx.array  # (1, T, d)
+
+    @property
+    def nbytes(self) -> int:
+        return self.h.nbytes
+
+    @classmethod
+    def of(cls, arch: Arch, ids, n_blocks: int) -> Frozen:
+        h = blocks(arch, arch.embed(mx.array(ids)[None]), 0, n_blocks)
+        if n_blocks:
+            mx.eval(h)
+        return cls(n_blocks, h)
 
 
 def base_features(
@@ -229,14 +254,14 @@ def _prune_nll(arch: Arch, params: StreamParams, h_low: mx.array, ids, rows: np.
     return nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
 
 
-def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array, carry: np.ndarray):
-    """Shared mode, the whole model with its LoRA layers over one sequence; the positions in
-    `carry` have streams, and in the MSA layers their main stream attends to them. Returns the
-    hidden state at the pruning point (T, d), the main stream's last hidden (T, d) and the
-    streams' (len(carry), gamma, d)."""
+def shared_hidden(arch: Arch, params: StreamParams, frozen: Frozen, carry: np.ndarray):
+    """Shared mode, the model with its LoRA layers over one sequence, from its `frozen` hidden
+    state on; the positions in `carry` have streams, and in the MSA layers their main stream
+    attends to them. Returns the hidden state at the pruning point (T, d), the main stream's
+    last hidden (T, d) and the streams' (len(carry), gamma, d)."""
     cfg = params.config
-    t = ids.shape[0]
-    h = lower_hidden(arch, len(arch.layers) - cfg.n_msa_layers, ids)  # (1, T, d)
+    t = frozen.h.shape[1]
+    h = blocks(arch, frozen.h, frozen.blocks, len(arch.layers) - cfg.n_msa_layers)  # (1, T, d)
     chain = np.tril(np.ones((t, t), bool))
     rows = MsaRows.of(mx.arange(t), chain, 0, cfg.gamma, cfg.mode == "shared", carry)
     x = msa_layers(arch, params, h, rows, None)
@@ -244,14 +269,16 @@ def shared_hidden(arch: Arch, params: StreamParams, ids: mx.array, carry: np.nda
 
 
 def shared_loss(
-    arch: Arch, params: StreamParams, ids, loss_mask, alpha_main=1.0, alpha_stream=0.1
+    arch: Arch, params: StreamParams, ids, loss_mask, frozen: Frozen | None = None
 ) -> StreamBatchLoss:
     """Shared-mode loss of eq. 6: alpha_0 = 1 on the main stream's next-token NLL, alpha_j = 0.1
-    on the streams', plus the pruning head's next-token NLL (which trains the projection only)."""
+    on the streams', plus the pruning head's next-token NLL (which trains the projection only).
+    `frozen`: the sequence's cached hidden state below the blocks that train (default: none)."""
+    alpha_main, alpha_stream = 1.0, 0.1
     cfg = params.config
     ids, mask_np = mx.array(ids), np.asarray(loss_mask, bool)
     carry = shared_stream_positions(cfg, mask_np)
-    h_low, main, streams = shared_hidden(arch, params, ids, carry)
+    h_low, main, streams = shared_hidden(arch, params, frozen or Frozen.of(arch, ids, 0), carry)
     rows = np.nonzero(mask_np[1:])[0]  # row r predicts token r + 1
     logits = arch.lm_head(arch.norm(main[mx.array(rows)]))
     main_nll = nn.losses.cross_entropy(logits, ids[mx.array(rows) + 1], reduction="mean")
@@ -265,13 +292,19 @@ def shared_loss(
     return StreamBatchLoss(total, stream_nll, prune_nll, correct, counts, main_nll)
 
 
-def next_token_loss(model, ids, loss_mask) -> tuple[mx.array, mx.array]:
+def next_token_loss(model, ids, loss_mask, frozen=None) -> tuple[mx.array, mx.array]:
     """The paper's "Baseline": plain next-token fine-tuning. Mean NLL of the completion tokens
-    under `model` (with its LoRA layers) and the greedy hits, (n,) bool."""
+    under `model` (with its LoRA layers) and the greedy hits, (n,) bool. `frozen`: (Arch,
+    Frozen), the sequence's cached hidden state below the blocks that train."""
     ids, rows = mx.array(ids), np.nonzero(np.asarray(loss_mask, bool)[1:])[0]
     if not len(rows):
         return mx.array(0.0), mx.zeros((0,), mx.bool_)
-    logits = model(ids[None])[0, mx.array(rows)]  # row r predicts token r + 1
+    if frozen is None:
+        logits = model(ids[None])[0, mx.array(rows)]  # row r predicts token r + 1
+    else:
+        arch, f = frozen
+        h = blocks(arch, f.h, f.blocks, len(arch.layers))[0, mx.array(rows)]
+        logits = arch.lm_head(arch.norm(h))
     targets = ids[mx.array(rows) + 1]
     nll = nn.losses.cross_entropy(logits, targets, reduction="mean")
     return nll, mx.argmax(logits, axis=-1) == targets

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx_lm.tuner.lora import LoRALinear
 
 from ..baselines.medusa import final_hidden, medusa_loss
 from ..decoding.plan import Acceptance
@@ -29,6 +31,7 @@ from ..streams.params import StreamParams
 from .data import Dataset, Example
 from .forward import (
     BaseFeatures,
+    Frozen,
     base_features,
     lower_hidden,
     next_token_loss,
@@ -53,6 +56,8 @@ class TrainConfig:
     lora_learning_rate: float = 5e-5  # shared mode's LoRA layers (at mlx-lm's scale 20)
     targets: str = "text"  # lossless streams learn the text's tokens, or "self": the frozen
     # base's greedy predictions on it, or "soft": those and its distribution (training.forward)
+    lora_layers: int = 0  # shared, next-token: only the LoRA of the top lora_layers blocks
+    # trains (0: every block's); the blocks below run once per sequence, their output cached
 
 
 @dataclass
@@ -269,26 +274,28 @@ class LosslessObjective:
 
 
 class SharedObjective:
-    """Shared mode (eq. 3 and 6): the whole model runs with its LoRA layers; every position
-    carries streams and the main stream attends to them; alpha_0 = 1, alpha_j = 0.1."""
+    """Shared mode (eq. 3 and 6): the model runs with its LoRA layers; every position carries
+    streams and the main stream attends to them; alpha_0 = 1, alpha_j = 0.1. Blocks whose LoRA
+    does not train (cfg.lora_layers) run once per sequence, their output cached."""
 
     terms = "main, streams"
 
-    def __init__(self, arch, params, model, data: Dataset, val: list[Example]):
+    def __init__(self, arch, params, model, data: Dataset, val: list[Example], frozen: Bottom):
         self.arch, self.params, self.data, self.val = arch, params, data, val
         self.module = SharedTrainable(model, params)
+        self.frozen, self.val_frozen = frozen.cache(data.examples), frozen.of(val)
         n_low = len(arch.layers) - params.config.n_msa_layers
         self.scale = hidden_scale([lower_hidden(arch, n_low, mx.array(ex.ids))[0] for ex in val])
 
     def loss(self, module, i: int, seen: int):
         ex = self.data.examples[i]
-        out = shared_loss(self.arch, module.streams, ex.ids, ex.loss_mask)
+        out = shared_loss(self.arch, module.streams, ex.ids, ex.loss_mask, self.frozen[i])
         return out.total, mx.stack([out.main_nll, *out.stream_nll])
 
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
         ex = self.val[i]
         carry = shared_stream_positions(self.params.config, np.array(ex.loss_mask))
-        streams = shared_hidden(self.arch, self.params, mx.array(ex.ids), carry)[2]
+        streams = shared_hidden(self.arch, self.params, self.val_frozen[i], carry)[2]
         return streams[mx.array(np.searchsorted(carry, rows))]  # scored rows all carry streams
 
     def validate(self) -> dict:
@@ -301,18 +308,24 @@ class NextTokenObjective:
 
     terms, scale = "main", 1.0
 
-    def __init__(self, model, data: Dataset, val: list[Example]):
+    def __init__(self, model, data: Dataset, val: list[Example], frozen: Bottom):
         self.module, self.data, self.val = model, data, val
+        self.bottom, self.frozen, self.val_frozen = frozen, frozen.cache(data.examples), None
+
+    def _loss(self, module, ex: Example, frozen: Frozen):
+        top = None if not self.bottom.blocks else (self.bottom.arch, frozen)
+        return next_token_loss(module, ex.ids, ex.loss_mask, top)
 
     def loss(self, module, i: int, seen: int):
-        ex = self.data.examples[i]
-        nll, _ = next_token_loss(module, ex.ids, ex.loss_mask)
+        nll, _ = self._loss(module, self.data.examples[i], self.frozen[i])
         return nll, nll[None]
 
     def validate(self) -> dict:
+        if self.val_frozen is None:
+            self.val_frozen = self.bottom.of(self.val)
         nlls, hits = [], []
-        for ex in self.val:
-            nll, hit = next_token_loss(self.module, ex.ids, ex.loss_mask)
+        for ex, frozen in zip(self.val, self.val_frozen, strict=True):
+            nll, hit = self._loss(self.module, ex, frozen)
             nlls.append(nll.item() * hit.size)
             hits.append(np.array(hit))
         hits = np.concatenate(hits)
@@ -323,6 +336,46 @@ class NextTokenObjective:
             "next_token_accuracy": round(float(hits.mean()), 4),
             "positions": int(hits.size),
         }
+
+
+@dataclass
+class Bottom:
+    """The blocks below the LoRA that trains (cfg.lora_layers): their output per sequence,
+    computed once (`blocks` = 0: every block trains, nothing is cached but the embeddings)."""
+
+    arch: object
+    blocks: int
+    cache_bytes: int
+
+    def cache(self, examples: list[Example]) -> FeatureCache:
+        limit = self.cache_bytes if self.blocks else 0
+        return FeatureCache(lambda ex: Frozen.of(self.arch, ex.ids, self.blocks), examples, limit)
+
+    def of(self, examples: list[Example]) -> list[Frozen]:
+        return [Frozen.of(self.arch, ex.ids, self.blocks) for ex in examples]
+
+
+@contextmanager
+def training_top_lora(model, n_frozen: int):
+    """Freeze the LoRA layers of the first `n_frozen` blocks for the block (they must be zero,
+    as `apply_lora` makes them: the cached features assume the base weights there)."""
+    frozen = [m for layer in model.model.layers[:n_frozen] for m in _lora_layers(layer)]
+    if any(mx.any(m.lora_b != 0).item() for m in frozen):
+        raise SpecstreamError(
+            "lora_layers trains the top blocks' LoRA from the base: the LoRA below them must "
+            "be zero (apply_lora makes it so)"
+        )
+    for m in frozen:
+        m.freeze(keys=["lora_a", "lora_b"], recurse=False)
+    try:
+        yield
+    finally:
+        for m in frozen:
+            m.unfreeze(keys=["lora_a", "lora_b"], recurse=False)
+
+
+def _lora_layers(layer) -> list:
+    return [m for _, m in layer.named_modules() if isinstance(m, LoRALinear)]
 
 
 class MedusaObjective:
@@ -421,17 +474,60 @@ def train(
                 f"shared mode trains LoRA layers {want} on the model, which has "
                 f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
+    bottom = Bottom(arch, _frozen_blocks(arch, params, medusa, cfg), feature_cache_bytes)
     if medusa is not None:
         objective = MedusaObjective(arch, medusa, data, val, cfg, feature_cache_bytes)
     elif params is None:
-        objective = NextTokenObjective(loaded.model, data, val)
+        objective = NextTokenObjective(loaded.model, data, val, bottom)
     elif params.config.mode == "shared":
-        objective = SharedObjective(arch, params, loaded.model, data, val)
+        objective = SharedObjective(arch, params, loaded.model, data, val, bottom)
     else:
         if on_model:
             raise SpecstreamError("lossless training needs the base model without LoRA layers")
         objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
-    module = objective.module
+    what = (
+        params.config.to_dict()
+        if params
+        else {"medusa": asdict(medusa.config)}
+        if medusa
+        else {"next_token_lora": [list(s) for s in sorted(on_model)]}
+    )
+    top_k = params.config.top_k if params else medusa.config.top_k if medusa else None
+    hooks = Hooks(log, stop_after, on_step, log_steps)
+    with training_top_lora(loaded.model, bottom.blocks):
+        return _run(objective, what, top_k, out_dir, cfg, hooks)
+
+
+def _frozen_blocks(arch, params: StreamParams | None, medusa, cfg: TrainConfig) -> int:
+    """Blocks below the LoRA that trains (cfg.lora_layers; 0: it trains in every block)."""
+    if not cfg.lora_layers:
+        return 0
+    n_layers = len(arch.layers)
+    if medusa is not None or (params is not None and params.config.mode != "shared"):
+        raise SpecstreamError("lora_layers is for the LoRA of shared and next-token training")
+    lowest = params.config.n_msa_layers if params is not None else 1
+    if not lowest <= cfg.lora_layers <= n_layers:
+        raise SpecstreamError(
+            f"lora_layers must be in [{lowest}, {n_layers}] (at least the MSA layers), "
+            f"got {cfg.lora_layers}"
+        )
+    return n_layers - cfg.lora_layers
+
+
+@dataclass
+class Hooks:
+    """What `train` reports to, and when it stops early."""
+
+    log: Callable[[str], None]
+    stop_after: int | None
+    on_step: Callable[[StepReport], None] | None
+    log_steps: bool
+
+
+def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Hooks) -> dict:
+    """The training loop of `train` over `objective`; `what` describes the trained parameters
+    (the checkpoint must match it), `top_k` the drafters' for validation lines."""
+    module, data, log = objective.module, objective.data, hooks.log
     checkpoint = Checkpoint(out_dir)
     progress = {
         "step": 0,
@@ -442,11 +538,7 @@ def train(
         "seconds": 0.0,
         "target_tokens": 0,
         "embedding_scale": objective.scale,
-        "stream_config": params.config.to_dict()
-        if params
-        else {"medusa": asdict(medusa.config)}
-        if medusa
-        else {"next_token_lora": [list(s) for s in sorted(on_model)]},
+        "stream_config": what,
     }
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
@@ -492,22 +584,21 @@ def train(
         progress["seconds"] += seconds
         progress["target_tokens"] += tokens
         progress["history"].append({"step": progress["step"], "loss": round(loss.item(), 4)})
-        if log_steps:
+        if hooks.log_steps:
             log(
                 f"step {progress['step']}/{cfg.steps} loss {loss.item():.4f} nll "
                 f"({objective.terms}) [{', '.join(f'{x:.2f}' for x in nll)}] "
                 f"{tokens / seconds:.0f} tokens/s"
             )
-        if on_step:
-            on_step(StepReport(progress["step"], cfg.steps, loss.item(), tokens, seconds))
+        if hooks.on_step:
+            hooks.on_step(StepReport(progress["step"], cfg.steps, loss.item(), tokens, seconds))
         if progress["step"] % cfg.val_every == 0 or progress["step"] == cfg.steps:
             v = objective.validate()
             progress["validations"].append({"step": progress["step"], **v})
-            top_k = params.config.top_k if params else medusa.config.top_k if medusa else None
             log(f"validation step {progress['step']}: {describe(v, top_k)}")
         if progress["step"] % cfg.checkpoint_every == 0 or progress["step"] == cfg.steps:
             checkpoint.save(module, optimizer, progress)
         done_here += 1
-        if stop_after is not None and done_here >= stop_after:
+        if hooks.stop_after is not None and done_here >= hooks.stop_after:
             break
     return progress
