@@ -7,6 +7,7 @@ import json
 import sys
 
 from .args import add_model_args, positive_int
+from .progress import Progress
 
 HELP = "measure this device's forward latency curve and choose adapters' draft trees"
 
@@ -63,7 +64,12 @@ def run(args) -> int:
     cached = curve is not None and not args.force
     if not cached:
         log(f"measuring the latency curve of {loaded.name} ({loaded.precision}) on this device")
-        curve = calibration.measure_curve(loaded)
+        bar, stages = Progress("stage", "calibrate", args.json), calibration.CURVE_STAGES
+        curve = calibration.measure_curve(
+            loaded, on_stage=lambda i: bar.update(i, len(stages), stage=stages[i])
+        )
+        bar.update(len(stages), len(stages), stage="done")
+        bar.close()
         _write(calibration.curve_path(loaded), curve.to_dict())
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
@@ -75,6 +81,7 @@ def run(args) -> int:
         if args.measure_acceptance:
             folder = resolve_adapter(args.adapter)
             prompts = _prompts(args, folder.name)
+            bar = Progress("prompt", "acceptance", args.json)
             params.acceptance = calibration.measure_acceptance(
                 loaded,
                 params,
@@ -82,8 +89,9 @@ def run(args) -> int:
                 args.max_tokens,
                 source=f"greedy decoding of {len(prompts)} {args.suite or folder.name} prompts "
                 f"(items {args.skip}-{args.skip + len(prompts) - 1}), {args.max_tokens} tokens max",
-                log=log,
+                on_prompt=lambda done, total, n: bar.update(done, total, positions=n),
             )
+            bar.close()
             path = folder / "acceptance.json"
             _write(path, params.acceptance.to_dict())
             log(f"wrote {path} ({params.acceptance.positions} positions)")

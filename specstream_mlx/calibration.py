@@ -185,12 +185,17 @@ def _interleaved_ms(fns: dict, rounds: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+CURVE_STAGES = ("compiled or eager", "row counts", "LM head", "decoding loops")
+
+
 def measure_curve(
-    loaded: LoadedModel, rounds: int = 5, context: int = 128, rows=CURVE_ROWS
+    loaded: LoadedModel, rounds: int = 5, context: int = 128, rows=CURVE_ROWS, on_stage=None
 ) -> LatencyCurve:
     """Time the model's passes and head for each row count, with `context` tokens cached: first
-    whether compiled passes beat eager ones here, then every row count in the faster mode."""
+    whether compiled passes beat eager ones here, then every row count in the faster mode.
+    `on_stage(i)` is told when stage CURVE_STAGES[i] starts (a progress display)."""
     started = time.perf_counter()
+    stage = on_stage or (lambda i: None)
     model, config = loaded.model, loaded.config
     arch = arch_of(model, config["model_type"])
     n_layers = len(arch.layers)
@@ -218,14 +223,17 @@ def measure_curve(
 
     can_compile = compilable(cache)
     modes = {}
+    stage(0)
     if can_compile:
         probe = {(c, r): forward(r, c) for r in (1, 2, 4) for c in (False, True)}
         modes = _interleaved_ms(probe, rounds + 2)
     compiled = can_compile and sum(modes[(True, r)] for r in (1, 2, 4)) < sum(
         modes[(False, r)] for r in (1, 2, 4)
     )
+    stage(1)
     rows = _affordable(rows, lambda r: forward(r, compiled))
     timed = _interleaved_ms({r: forward(r, compiled) for r in rows}, rounds)
+    stage(2)
     heads = {}
     for r in rows:
         h = mx.random.normal((1, r, arch.dims)).astype(arch.norm.weight.dtype)
@@ -250,6 +258,7 @@ def measure_curve(
         msa_ref=max(1, min(4, n_layers - 1)),
         mode_ms={f"{'compiled' if c else 'eager'}_{r}": round(v, 2) for (c, r), v in modes.items()},
     )
+    stage(3)
     _measure_loops(loaded, arch, curve, context, min(rounds, 3))
     curve.measured_seconds = round(time.perf_counter() - started, 2)
     return curve
@@ -407,11 +416,12 @@ def measure_acceptance(
     prompts: list,
     max_tokens: int = 128,
     source: str = "",
-    log=None,
+    on_prompt=None,
 ) -> Acceptance:
     """Acceptance statistics of `params` measured by greedy decoding: after every pass, the
     rank of each later decided token among its stream's proposals (the streams' own tree
-    drafts meanwhile). `loaded` must carry the adapter (shared mode: its LoRA layers)."""
+    drafts meanwhile). `loaded` must carry the adapter (shared mode: its LoRA layers).
+    `on_prompt(done, total, positions)` follows the prompts (a progress display)."""
     from .decoding.plan import ranks_of
     from .prompts import encode_prompt
 
@@ -433,8 +443,8 @@ def measure_acceptance(
                 steps.close()
                 break
         rows += ranks_of(history, probe)
-        if log:
-            log(f"acceptance {number}/{len(prompts)}: {len(rows)} positions")
+        if on_prompt:
+            on_prompt(number, len(prompts), len(rows))
     if not rows:
         raise SpecstreamError("no position to count: the prompts gave no continuation")
     return Acceptance.from_ranks(rows, params.config.gamma, source)

@@ -435,6 +435,31 @@ def test_calibrate_command(tmp_path, capsys, data):
     assert reloaded.streams.acceptance.counts == written.counts
 
 
+def test_calibrate_shows_progress_to_a_person(tmp_path, capsys, data, monkeypatch):
+    """On a terminal, measuring the curve and the acceptance statistics show bars (stages,
+    prompts); --json stays quiet."""
+    from specstream_apps import progress
+    from specstream_apps.cli import main
+
+    from specstream_mlx.streams.adapter_io import save_adapter
+
+    from .tiny import save_tiny_model
+
+    model = str(save_tiny_model(tmp_path / "m", "llama", max_position_embeddings=4096))
+    folder = tmp_path / "adapter"
+    save_adapter(folder, streams_for(ss.load(model), 1, gamma=2, n_msa_layers=2), ss.load(model))
+    monkeypatch.setattr(progress, "shows_bar", lambda quiet=False: not quiet)
+    args = ["calibrate", "--model", model, "--adapter", str(folder), "--force"]
+    args += ["--measure-acceptance", "--limit", "2", "--max-tokens", "4", "--suite", "sql"]
+    args += ["--data", str(data / "sql" / "dev.jsonl")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "calibrate" in err and "stage=" in err and "4/4" in err
+    assert "acceptance" in err and "2/2" in err and "positions=" in err
+    assert main([*args, "--json"]) == 0
+    assert "stage" not in capsys.readouterr().err
+
+
 def test_calibrate_refuses_acceptance_without_adapter(tiny_folders, capsys):
     from specstream_apps.cli import main
 
