@@ -25,6 +25,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import SpecstreamError
+from .gguf_tokenizer import gguf_tokenizer, gguf_tokens
 
 GGUF_GROUP_SIZE = 32  # llama.cpp block size of Q4_0, Q4_1 and Q8_0
 
@@ -180,14 +181,6 @@ def _shape_config(metadata: dict, arch: str) -> dict:
     }
 
 
-def gguf_tokens(metadata: dict) -> list[str]:
-    """The vocabulary (tokenizer.ggml.tokens), which every GGUF model needs."""
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, list) or not tokens:
-        raise SpecstreamError("GGUF metadata has no vocabulary (tokenizer.ggml.tokens)")
-    return tokens
-
-
 def gguf_config(metadata: dict) -> dict:
     """The mlx-lm / Hugging Face `config.json` of a llama- or qwen2-architecture GGUF."""
     arch = metadata.get("general.architecture")
@@ -303,7 +296,6 @@ def convert_gguf(
     dtype "stored" keeps the tensors MLX reads natively as they are (K-quants arrive dequantized
     to float32); "float32", "float16" or "bfloat16" dequantizes every quantized tensor.
     """
-    from .gguf_tokenizer import gguf_tokenizer
 
     weights, metadata = read_gguf(gguf_path)
     config = gguf_config(metadata)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import SpecstreamError
-from .gguf import gguf_tokens
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 
@@ -40,6 +39,14 @@ _PRE_TOKENIZERS = {
 def _scalar(metadata: dict, key: str):
     value = metadata.get(key)
     return value.item() if hasattr(value, "item") else value
+
+
+def gguf_tokens(metadata: dict) -> list[str]:
+    """The vocabulary (tokenizer.ggml.tokens), which every GGUF model needs."""
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise SpecstreamError("GGUF metadata has no vocabulary (tokenizer.ggml.tokens)")
+    return tokens
 
 
 def gguf_tokenizer(metadata: dict):
