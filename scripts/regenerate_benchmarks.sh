@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# Reruns every command of docs/BENCHMARKS.md, in the document's order, one step per command,
+# grouped by the document's sections (each group's comment names its heading).
+#
+#   mkdir -p runs && scripts/regenerate_benchmarks.sh 2>&1 | tee runs/regenerate_benchmarks.log
+#
+# IT TAKES HOURS. On the 2-core dev machine ("dev-cpu") a full run takes about 6 hours (estimated)
+# when the runs/ inputs below are already there, and about 4 more when they must be trained first.
+# The per-step times in the comments are the ones docs/BENCHMARKS.md gives; "unknown" where it
+# gives none. Time it with nothing else running on the machine: every figure is a timing.
+#
+# Options (environment variables):
+#   DRY_RUN=1     print the numbered steps ([n/N] section: command) without running any
+#   ONLY=TEXT     run only the steps whose section name contains TEXT (case-insensitive),
+#                 e.g. ONLY="issue 8" or ONLY="Side by side"
+#   FROM=N        start at step N (resume after an interruption; numbers as DRY_RUN=1 prints them)
+#   SPECSTREAM_DATA  the data folder (default ../shared/data)
+#   QWEN_CACHE    the private model cache of the Qwen load timings (default runs/regen_qwen_cache;
+#                 emptied and refilled: 2.4 GB)
+#
+# What it writes: the JSON (and markdown) reports under docs/results/, the `specstream bench`
+# tables of docs/BENCHMARKS.md (scripts/bench_tables.py, after the side-by-side benches), and
+# the shipped adapters' acceptance.json (scripts/measure_acceptance.sh: greedy decoding, so the
+# same statistics again unless the code changed). Every other table of docs/BENCHMARKS.md is
+# typed from these reports and from what the steps print: keep the log (tee above) and update
+# the prose by hand. Steps whose inputs live in runs/ (next-token LoRA baselines, the Medusa
+# heads, the distilled chat rows) first train those inputs when they are missing ("only if ...
+# is missing"). The figures that no command here can regenerate are listed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DRY_RUN=${DRY_RUN:-0}
+ONLY=${ONLY:-}
+FROM=${FROM:-1}
+D=${SPECSTREAM_DATA:-../shared/data}
+R=docs/results
+QC=${QWEN_CACHE:-runs/regen_qwen_cache}
+QWEN=qwen2.5-coder-0.5b-instruct
+EIFFEL="Summarize in two sentences: The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. Locally nicknamed La dame de fer, it was constructed as the centrepiece of the 1889 World's Fair."
+STORY="Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+show() {  # the command as one copy-pasteable line
+    local a out=()
+    for a in "$@"; do
+        if [[ $a =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
+    done
+    echo "${out[*]}"
+}
+
+describe() {  # how step prints a command (the helpers below shown as what they do)
+    case "$1" in
+        into) echo "$(describe "${@:3}") > $2" ;;
+        ensure) echo "$(describe "${@:3}")   (only if $2 is missing)" ;;
+        qwen_load) echo "$([ "$2" = fresh ] && echo "rm -rf $QC; ")/usr/bin/time env SPECSTREAM_CACHE=$QC .venv/bin/python -c \"import specstream_mlx as ss; ss.load('$QWEN')\" (timed in-process too)" ;;
+        qwen_calibrate) echo "SPECSTREAM_CACHE=$QC ./dev.sh specstream calibrate --model $QWEN --force --json, its curve_file copied to $R/calibration_qwen_curve.json" ;;
+        *) show "$@" ;;
+    esac
+}
+
+n=0
+N=0
+mode=count
+step() {  # step "SECTION" COMMAND...: the n-th step
+    local section=$1
+    shift
+    n=$((n + 1))
+    [ "$mode" = count ] && return 0
+    [ "$n" -lt "$FROM" ] && return 0
+    if [ -n "$ONLY" ] && [[ ${section,,} != *"${ONLY,,}"* ]]; then return 0; fi
+    printf '[%d/%d] %s: %s\n' "$n" "$N" "$section" "$(describe "$@")"
+    [ "$DRY_RUN" = 1 ] && return 0
+    "$@"
+}
+
+into() {  # into FILE COMMAND...: COMMAND's stdout becomes FILE (replaced only if COMMAND succeeds)
+    local file=$1
+    shift
+    "$@" > "$file.tmp"
+    mv "$file.tmp" "$file"
+}
+
+ensure() {  # ensure PATH COMMAND...: run COMMAND (which makes PATH) only if PATH does not exist
+    local path=$1
+    shift
+    if [ -e "$path" ]; then echo "    $path exists: not made again"; else "$@"; fi
+}
+
+qwen_load() {  # fresh|cached: one timed load of Qwen2.5-Coder-0.5B in $QC (fresh: empty it first)
+    if [ "$1" = fresh ]; then rm -rf "$QC"; fi
+    # GNU time prints the wall time and the peak RSS (maxresident); the script the in-process time
+    /usr/bin/time env SPECSTREAM_CACHE="$QC" .venv/bin/python -c "import time; t = time.perf_counter(); import specstream_mlx as ss; ss.load('$QWEN'); print(f'in-process {time.perf_counter() - t:.1f} s')"
+}
+
+qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file kept in docs/results
+    local out file
+    out=$(SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" --force --json)
+    file=$(printf '%s' "$out" | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["curve_file"])')
+    cp "$file" "$R/calibration_qwen_curve.json"
+    SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN"  # the tables (cached curve)
+}
+
+# ---- the steps, in the order of docs/BENCHMARKS.md --------------------------------------------
+
+steps() {
+    local S B MEM AB t p
+
+    # == Qwen2.5-Coder-0.5B-Instruct: correctness against llama.cpp (issue 19) ==
+    # ours only (one forward per length, plus the GGUF conversion into $QC: about 30 s)
+    S="Qwen2.5-Coder-0.5B: correctness against llama.cpp (issue 19)"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/perplexity.py --model "$QWEN"
+
+    # == Qwen2.5-Coder-0.5B: load time and latency curve (issue 19) ==
+    # twice from an empty cache (about 25 s each), three times from the filled one (about 5 s
+    # each), then the latency curve (209 s)
+    S="Qwen2.5-Coder-0.5B: load time and latency curve (issue 19)"
+    step "$S" qwen_load fresh
+    step "$S" qwen_load fresh
+    step "$S" qwen_load cached
+    step "$S" qwen_load cached
+    step "$S" qwen_load cached
+    step "$S" qwen_calibrate
+
+    # == One decoding loop, passes settled on the device, fused LoRA (issue 18) ==
+    # ### What a pass costs in the loop (unknown)
+    S="One decoding loop: what a pass costs in the loop (issue 18)"
+    step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 5 --json $R/loop_overhead.json
+    # ### Shared adapters fused (unknown)
+    S="One decoding loop: shared adapters fused (issue 18)"
+    step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 --max-tokens 64 \
+        --json $R/fused_lora.json
+    # ### Decoders against plain decoding and mlx-lm (calibration about 1 min; benches unknown)
+    S="One decoding loop: decoders against plain decoding and mlx-lm (issue 18)"
+    B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
+    step "$S" into $R/calibration_loop.json ./dev.sh specstream calibrate --force --json
+    step "$S" "${B[@]}" --suite chat --data "$D" --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_loop_chat.json --markdown $R/bench_loop_chat.md
+    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_loop_sql.json --markdown $R/bench_loop_sql.md
+    step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" --methods ar,ss,mlx-lm \
+        --json $R/bench_loop_dialogsum.json --markdown $R/bench_loop_dialogsum.md
+    step "$S" "${B[@]}" --suite e2e --data "$D/e2e/dev.csv" --methods ar,ss,mlx-lm \
+        --json $R/bench_loop_e2e.json --markdown $R/bench_loop_e2e.md
+
+    # == Hardware tuning: calibrated trees, compiled steps, precision (issue 9) ==
+    # benchmarks/tuning_sweep.sh's commands one by one (about an hour in all), with
+    # scripts/measure_acceptance.sh where the document has the acceptance statistics (unknown)
+    # ### This device's latency curve and decoding-loop costs (65 s)
+    S="Hardware tuning: this device's latency curve (issue 9)"
+    step "$S" into $R/calibration.json ./dev.sh specstream calibrate --force --adapter chat --json
+    # ### Where a step's time goes, and what compiling changes
+    S="Hardware tuning: where a step's time goes (issue 9)"
+    step "$S" into $R/step_profile.md ./dev.sh python benchmarks/step_profile.py \
+        --json $R/step_profile.json
+    step "$S" into $R/step_profile_sql.md ./dev.sh python benchmarks/step_profile.py \
+        --adapter sql --paths "0;1" --json $R/step_profile_sql.json
+    # ### Acceptance statistics and the trees chosen here (rewrites the shipped adapters'
+    # acceptance.json; then each adapter's tree as calibrate prints it)
+    S="Hardware tuning: acceptance statistics and trees (issue 9)"
+    step "$S" scripts/measure_acceptance.sh
+    step "$S" ./dev.sh specstream calibrate --adapter chat
+    step "$S" ./dev.sh specstream calibrate --adapter summarize
+    step "$S" ./dev.sh specstream calibrate --adapter data2text
+    step "$S" ./dev.sh specstream calibrate --adapter sql
+    # ### Tuned decoders against plain decoding and mlx-lm
+    S="Hardware tuning: tuned decoders (issue 9)"
+    B=(./dev.sh specstream bench --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96)
+    step "$S" "${B[@]}" --suite chat --data "$D" --json $R/tuned_chat.json --markdown $R/tuned_chat.md
+    step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        --json $R/tuned_dialogsum.json --markdown $R/tuned_dialogsum.md
+    step "$S" "${B[@]}" --suite e2e --data "$D/e2e/dev.csv" \
+        --json $R/tuned_e2e.json --markdown $R/tuned_e2e.md
+    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" \
+        --json $R/tuned_sql.json --markdown $R/tuned_sql.md
+    # ### Precision (the shape of the paper's Table 4)
+    S="Hardware tuning: precision (issue 9)"
+    B=(./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss --tree adapter
+        --limit 4 --max-tokens 48)
+    step "$S" "${B[@]}" --precision float32 --json $R/precision_sql_float32.json \
+        --markdown $R/precision_sql_float32.md
+    step "$S" "${B[@]}" --precision q8 --json $R/precision_sql_q8.json \
+        --markdown $R/precision_sql_q8.md
+    step "$S" "${B[@]}" --precision stored --json $R/precision_sql_stored.json \
+        --markdown $R/precision_sql_stored.md
+
+    # == Sampling with the speculative decoders (issue 8) ==
+    # benchmarks/sampling_sweep.sh's commands one by one (about 30 minutes in all)
+    S="Sampling with the speculative decoders (issue 8)"
+    B=(./dev.sh specstream bench --max-tokens 64 --methods ar,ss,ss+pld)
+    for t in 0 0.7 1.0; do
+        step "$S" "${B[@]}" --suite chat --data "$D" --limit 16 --temp $t \
+            --json $R/sampling_chat_t$t.json --markdown $R/sampling_chat_t$t.md
+    done
+    for t in 0 0.7 1.0; do
+        step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --limit 20 --temp $t \
+            --json $R/sampling_sql_t$t.json --markdown $R/sampling_sql_t$t.md
+    done
+
+    # == The PyTorch path: parity with MLX (issue 7) == (unknown; the CUDA table: see the end)
+    S="The PyTorch path: parity with MLX (issue 7)"
+    step "$S" into $R/torch_parity.json ./dev.sh python benchmarks/torch_parity.py --max-tokens 48
+
+    # == Side by side: `specstream bench` (issue 5) ==
+    # the comparators' folders first when missing (each about an hour; data2text's 760 s), then
+    # one bench per suite (unknown), then the generated tables (scripts/bench_tables.py, given
+    # these four reports: with no arguments it would also take in bench_loop_*.json)
+    S="Side by side: specstream bench (issue 5)"
+    step "$S" ensure runs/summarize_next_token scripts/make_task_adapter.sh summarize --baseline-only
+    step "$S" ensure runs/data2text_next_token scripts/make_task_adapter.sh data2text --baseline-only
+    step "$S" ensure runs/sql_next_token scripts/make_task_adapter.sh sql --baseline-only
+    step "$S" ensure runs/medusa_sql scripts/make_medusa.sh sql
+    B=(./dev.sh specstream bench --max-tokens 64)
+    step "$S" "${B[@]}" --suite chat --data "$D" --limit 16 --methods ar,ss,pld,ss+pld,mlx-lm \
+        --adapter chat --json $R/bench_chat.json --plot $R/bench_chat.png
+    step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" --limit 20 \
+        --methods ar,ss,pld,ss+pld,mlx-lm,lora --adapter summarize --lora runs/summarize_next_token \
+        --json $R/bench_dialogsum.json --plot $R/bench_dialogsum.png
+    step "$S" "${B[@]}" --suite e2e --data "$D/e2e/dev.csv" --limit 20 \
+        --methods ar,ss,pld,ss+pld,mlx-lm,lora --adapter data2text --lora runs/data2text_next_token \
+        --json $R/bench_e2e.json --plot $R/bench_e2e.png
+    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --limit 40 \
+        --methods ar,ss,pld,ss+pld,mlx-lm,lora,medusa --adapter sql --medusa runs/medusa_sql \
+        --lora runs/sql_next_token --json $R/bench_sql.json --plot $R/bench_sql.png
+    step "$S" ./dev.sh python scripts/bench_tables.py $R/bench_chat.json $R/bench_dialogsum.json \
+        $R/bench_e2e.json $R/bench_sql.json
+
+    # == Plain decoding: specstream `ar` vs mlx-lm (issue 2) ==
+    # the benchmark (unknown), then mlx-lm's own CLI on the two exports (a minute or two)
+    S="Plain decoding: specstream ar vs mlx-lm (issue 2)"
+    step "$S" ./dev.sh python benchmarks/plain_vs_mlx_lm.py --max-tokens 128 --rounds 5 \
+        --json $R/plain_vs_mlx_lm.json
+    step "$S" ./dev.sh specstream export-model --out runs/mlx_export_stored --overwrite
+    step "$S" ./dev.sh mlx_lm.generate --model runs/mlx_export_stored --prompt "$STORY" --max-tokens 128
+    step "$S" ./dev.sh specstream export-model --out runs/mlx_export_float32 --dtype float32 --overwrite
+    step "$S" ./dev.sh mlx_lm.generate --model runs/mlx_export_float32 --prompt "$STORY" --max-tokens 128
+
+    # == Adapter manager and server (issue 6) == (unknown; the server load about 2.5 min)
+    S="Adapter manager and server (issue 6)"
+    step "$S" ./dev.sh python benchmarks/adapter_swap.py --rounds 50 --json $R/adapter_swap.json
+    step "$S" ./dev.sh python benchmarks/server_load.py --requests 50 --max-tokens 48 --data "$D" \
+        --json $R/server_load.json
+
+    # == The Quickstart command (issue 4) == (seconds each)
+    S="The Quickstart command (issue 4)"
+    B=(./dev.sh specstream generate --adapter chat)
+    step "$S" "${B[@]}" --decoder ss+pld --compare --prompt "$EIFFEL"
+    step "$S" "${B[@]}" --decoder ss+pld --compare --json --prompt "$EIFFEL"
+    for p in "Explain how a bicycle works, step by step." \
+        "Write a short story about a robot who learns to paint."; do
+        step "$S" "${B[@]}" --decoder ss+pld --max-tokens 128 --compare --prompt "$p"
+        step "$S" "${B[@]}" --decoder ss --max-tokens 128 --compare --prompt "$p"
+    done
+
+    # == Forward latency vs tokens processed at once (issue 2) == (unknown)
+    S="Forward latency vs tokens processed at once (issue 2)"
+    step "$S" ./dev.sh python benchmarks/latency_curve.py --repeats 10 \
+        --json $R/latency_curve_float32.json
+    step "$S" ./dev.sh python benchmarks/latency_curve.py --precision stored --repeats 5 \
+        --json $R/latency_curve_stored.json
+
+    # == Default-model perplexity (issue 2) == (ours only; seconds)
+    S="Default-model perplexity (issue 2)"
+    step "$S" ./dev.sh python benchmarks/perplexity.py
+
+    # == Speculative Streaming before training: overhead and ceiling (issue 3) == (unknown)
+    S="Speculative Streaming before training (issue 3)"
+    step "$S" ./dev.sh python benchmarks/speculative_overhead.py --max-tokens 64 --rounds 2 \
+        --json $R/speculative_overhead.json
+
+    # == Trained stream adapters (issue 4) ==
+    # decoding with `chat` (unknown)
+    S="Trained stream adapters: decoding with chat (issue 4)"
+    B=(./dev.sh python benchmarks/adapter_speed.py)
+    step "$S" "${B[@]}" --adapter chat --prompts 8 --max-tokens 48 --trees 1x2,1x3,1x5,2x8 \
+        --json $R/adapter_speed_chat.json
+    step "$S" "${B[@]}" --adapter chat --prompts 16 --max-tokens 64 --trees 1x2,1x3 \
+        --json $R/adapter_speed_chat_16x64.json
+    # writing tools, speed and quality (unknown); today's adapters, see the end
+    S="Trained stream adapters: writing tools (issue 4)"
+    step "$S" ensure runs/data2text_next_token scripts/make_task_adapter.sh data2text --baseline-only
+    step "$S" "${B[@]}" --adapter data2text --task data2text --prompts 8 --max-tokens 64 \
+        --trees 1x2,1x5 --baseline runs/data2text_next_token --json $R/adapter_speed_data2text.json
+    step "$S" "${B[@]}" --adapter data2text --task data2text --prompts 40 --max-tokens 64 \
+        --trees none --baseline runs/data2text_next_token --json $R/quality_data2text_40.json
+    step "$S" ensure runs/sql_next_token scripts/make_task_adapter.sh sql --baseline-only
+    step "$S" "${B[@]}" --adapter sql --task sql --prompts 8 --max-tokens 48 --trees 1x2,1x5 \
+        --baseline runs/sql_next_token --json $R/adapter_speed_sql.json
+    step "$S" "${B[@]}" --adapter sql --task sql --prompts 40 --max-tokens 64 --trees none \
+        --baseline runs/sql_next_token --json $R/quality_sql_40.json
+
+    # ### Why the lossless streams learned so little, and what changed (issue 4)
+    # the distilled chat rows first when missing (step 1 of scripts/make_chat_adapter.sh, about
+    # 40 min; not its training, which would replace the shipped adapter), then one diagnostic per
+    # row of the table, each run to 160 steps (8-10 min each), and --steps 320 (16 min)
+    S="Trained stream adapters: why the lossless streams learned so little (issue 4)"
+    step "$S" ensure runs/chat_distill.jsonl ./dev.sh specstream distill --chat-prompts 640 --seed 0 \
+        --data-dir "$D" --max-tokens 160 --batch-size 32 --out runs/chat_distill.jsonl
+    MEM=(./dev.sh python benchmarks/stream_memorise.py --data runs/chat_distill.jsonl --rows 8)
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-3 --plain-adapter-lr
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-2 --plain-adapter-lr
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-3
+    step "$S" "${MEM[@]}" --steps 160 --lr 1e-3
+    step "$S" "${MEM[@]}" --steps 160 --lr 1e-2
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-3 --rank 64
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-3 --msa-layers 8
+    step "$S" "${MEM[@]}" --steps 160 --lr 3e-3 --msa-layers 12
+    step "$S" "${MEM[@]}" --steps 320 --lr 3e-3
+
+    # ### Shared mode: streams with their own adapters (issue 4)
+    # the three 40-step A/B trainings one after the other (unknown; the document ran them side
+    # by side), into runs/ab_shared_*; the figures are their validation lines
+    S="Trained stream adapters: shared mode, streams with their own adapters (issue 4)"
+    AB=(./dev.sh specstream train --mode shared --task data2text --data "$D/e2e/train.csv" --steps 40
+        --batch-size 4 --max-length 256 --lora-rank 8 --lora-lr 5e-5 --warmup 10 --seed 0 --gamma 4
+        --tree-top-k 3 --lr 3e-3 --val-every 40 --overwrite)
+    step "$S" "${AB[@]}" --msa-layers 4 --no-stream-adapters --out runs/ab_shared_lora_only
+    step "$S" "${AB[@]}" --msa-layers 4 --out runs/ab_shared_own_adapters_4
+    step "$S" "${AB[@]}" --msa-layers 8 --out runs/ab_shared_own_adapters_8
+}
+
+mode=count
+steps
+N=$n
+if [ "$DRY_RUN" != 1 ]; then
+    [ -d "$D" ] || { echo "no data folder at $D (set SPECSTREAM_DATA)" >&2; exit 1; }
+    ./dev.sh true  # the virtualenv, set up before the first timing
+    mkdir -p runs
+fi
+n=0
+mode=run
+steps
+if [ "$DRY_RUN" = 1 ]; then
+    echo "dry run: nothing was run"
+else
+    echo "done: docs/results/ and the bench tables of docs/BENCHMARKS.md rewritten; update the other tables from the log"
+fi
+
+# ---- not regenerated here: why ----------------------------------------------------------------
+# - The llama.cpp columns (Qwen and default-model perplexity, tests/golden/*llamacpp_reference.json):
+#   scripts/llamacpp_reference.py needs llama-cpp-python built from source, which is not in
+#   .venv (not a dependency of the project), and its output is a pinned test reference.
+# - Issue 18's A/B of the old loop against the new one: /tmp/ab_spec.py was not kept (old code
+#   at 41a5003).
+# - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, then two device
+#   calls); there are none yet. Likewise every "not measured" Apple Silicon / GPU remark.
+# - Issue 5's one-off comparison of how to combine the streams' and the lookup's drafts: the
+#   code variants were not kept.
+# - Issue 3's per-piece profile of a chain step (tree_forward pieces timed separately): one-off,
+#   no script kept.
+# - Issue 4's training runs (scripts/make_chat_adapter.sh, scripts/make_task_adapter.sh TASK):
+#   they replace the shipped adapters and take about an hour each; so their validation tables
+#   (written into the adapters) and the trainer throughput (medians of runs/*.log) are not
+#   redone, nor the "previous recipe" / "previous adapter" rows (those adapters are not kept).
+# - Issue 4's "Cheaper passes" figures: measured at intermediate states of the code, never
+#   committed.
+# - Issue 4's writing-tool tables (adapter_speed_sql, quality_sql_40, adapter_speed_data2text,
+#   quality_data2text_40): measured on the adapters shipped before their retraining (sql before
+#   063f1d3, data2text before 8c67d98); the steps above rerun the same commands on today's
+#   adapters, so their figures will differ from the document's.
+# - The Quickstart's earlier runs (before the float32 dequantization and before issue 9's
+#   tuning): older states of the code.
