@@ -105,16 +105,22 @@ def on_cpu() -> bool:
 PRECISIONS = ("auto", "float32", "float16", "bfloat16", "q8", "q4", "stored")
 
 
-def resolve_precision(precision: str) -> str:
+def resolve_precision(precision: str, source_bits: int | None = None) -> str:
     """`auto` -> float32 on the CPU (there quantized matmuls cost more per token than float32 with
     OpenBLAS and do not get cheaper per token with more tokens in flight); on Metal and CUDA the
-    weights as stored (`stored`: quantized layers stay quantized). q8 / q4: MLX's 8- or 4-bit
-    affine quantization (group size 64) of the dequantized weights."""
+    weights as stored (`stored`: quantized layers stay quantized), or, for weights stored
+    dequantized from a quantized source of `source_bits` bits (a K-quant GGUF), MLX's q4 (up to
+    4 bits) or q8, near the source's size. q8 / q4: MLX's 8- or 4-bit affine quantization
+    (group size 64) of the dequantized weights."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision != "auto":
         return precision
-    return "float32" if on_cpu() else "stored"
+    if on_cpu():
+        return "float32"
+    if source_bits:
+        return "q4" if source_bits <= 4 else "q8"
+    return "stored"
 
 
 def device_name() -> str:

@@ -58,3 +58,15 @@ def test_precision_resolution():
     assert backend.resolve_precision("bfloat16") == "bfloat16"
     with pytest.raises(ValueError, match="precision must be one of"):
         backend.resolve_precision("int3")
+
+
+def test_auto_precision_on_a_gpu_requantizes_a_dequantized_k_quant(monkeypatch):
+    """On Metal/CUDA `auto` keeps weights as stored, but weights a K-quant GGUF gave as float32
+    are quantized again near the source's size; on the CPU they stay float32."""
+    monkeypatch.setattr(backend, "on_cpu", lambda: False)
+    assert backend.resolve_precision("auto") == "stored"
+    assert backend.resolve_precision("auto", source_bits=4) == "q4"
+    assert backend.resolve_precision("auto", source_bits=6) == "q8"
+    assert backend.resolve_precision("float32", source_bits=4) == "float32"
+    monkeypatch.setattr(backend, "on_cpu", lambda: True)
+    assert backend.resolve_precision("auto", source_bits=4) == "float32"

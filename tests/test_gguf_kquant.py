@@ -147,3 +147,24 @@ def test_k_quant_model_quantized_again_on_request(tiny_qwen2, tmp_path):
     a, b = (np.array(m.model(mx.array([IDS]))[0]) for m in (exact, q8))
     assert np.abs(a - b).max() < 0.05 * np.abs(a).max()  # close, not equal
     assert not np.array_equal(a, b)
+
+
+def test_k_quant_source_sets_auto_precision_on_a_gpu(tiny_qwen2, tmp_path, monkeypatch):
+    """The converted folder records the K-quant source (its most common tensor type); where
+    `auto` keeps weights as stored (Metal, CUDA) it re-quantizes them to q4 rather than keeping
+    float32, four times the source's size."""
+    import json
+
+    import mlx.nn as nn
+
+    from specstream_mlx import backend
+    from specstream_mlx.models.loader import source_bits
+
+    folder = convert_gguf(tiny_qwen2, tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["specstream_source_quantization"] == "Q4_K" and source_bits(folder) == 4
+    assert ss.load(str(folder)).precision == "float32"  # the CPU: float32
+    monkeypatch.setattr(backend, "on_cpu", lambda: False)
+    loaded = ss.load(str(folder))
+    layer = loaded.model.model.layers[0].mlp.gate_proj
+    assert loaded.precision == "q4" and isinstance(layer, nn.QuantizedLinear) and layer.bits == 4

@@ -69,10 +69,18 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, mx.array], dict]:
         ) from None
 
 
+SOURCE_QUANT = "specstream.source_quantization"  # metadata key _read_dequantized adds
+
+
 def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
-    """Every tensor as float32 and the metadata in mx.load's form, through the `gguf` package."""
+    """Every tensor as float32 and the metadata in mx.load's form, through the `gguf` package;
+    the metadata gains SOURCE_QUANT, the file's most common quantized tensor type (Q4_K, ...),
+    so that a device which keeps weights quantized can re-quantize to a similar size."""
     reader = PlainReader(path)
-    metadata = {}
+    quantized = Counter(
+        t.tensor_type.name for t in reader.tensors if t.tensor_type.name not in UNQUANTIZED
+    )
+    metadata = {SOURCE_QUANT: quantized.most_common(1)[0][0]} if quantized else {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):
             continue
@@ -83,6 +91,9 @@ def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
     with ThreadPoolExecutor(os.cpu_count()) as pool:  # numpy releases the GIL while it works
         arrays = pool.map(_dequantized, reader.tensors)
         return {t.name: mx.array(a) for t, a in zip(reader.tensors, arrays, strict=True)}, metadata
+
+
+UNQUANTIZED = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64")
 
 
 class PlainReader(gguf.GGUFReader):
@@ -306,5 +317,7 @@ def convert_gguf(
     elif quant:
         config["quantization"] = quant
         config["quantization_config"] = quant
+    if SOURCE_QUANT in metadata:  # dequantized on reading: loader.auto_precision reads it
+        config["specstream_source_quantization"] = metadata[SOURCE_QUANT]
     tokenizer = gguf_tokenizer(metadata)
     return write_model_folder(out_dir, config, weights, tokenizer, overwrite=overwrite)

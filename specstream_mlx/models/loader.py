@@ -13,6 +13,8 @@ GGUF files are converted once into an mlx-lm folder under the cache directory
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from ..backend import resolve_precision, warn_if_slow_blas
 from ..errors import SpecstreamError
 from .packaged import DEFAULT_MODEL, MODELS, cache_dir, default_gguf_path, packaged_gguf
 
-_CONVERTER_VERSION = "1"  # bump when the GGUF conversion changes, to invalidate cached folders
+_CONVERTER_VERSION = "2"  # bump when the GGUF conversion changes, to invalidate cached folders
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
 
@@ -148,11 +150,11 @@ def _set_precision(model: nn.Module, precision: str) -> None:
 
 def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
     """Load a model (see the module docstring for names) in the precision the device wants."""
+    path = resolve_model_path(name)
     try:
-        precision = resolve_precision(precision)
+        precision = resolve_precision(precision, source_bits(path))
     except ValueError as exc:
         raise SpecstreamError(str(exc)) from None
-    path = resolve_model_path(name)
     warn_if_slow_blas()
     try:
         model, config, tokenizer = _load_folder(path, precision)
@@ -171,6 +173,18 @@ def load_model(name: str | None = None, precision: str = "auto") -> LoadedModel:
         context_length=int(context),
         eos_token_ids=set(tokenizer.eos_token_ids),
     )
+
+
+def source_bits(path: Path) -> int | None:
+    """Bits per weight of the quantized source a folder's weights were dequantized from (a
+    K-quant GGUF: "Q4_K" -> 4), None when they were not."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+        source = config.get("specstream_source_quantization")
+    except (OSError, ValueError, AttributeError):
+        return None  # the loader reports an unreadable folder itself
+    found = re.match(r"[A-Z]*Q(\d)", source) if isinstance(source, str) else None
+    return int(found.group(1)) if found else None
 
 
 def _one_line(exc: Exception, limit: int = 300) -> str:
