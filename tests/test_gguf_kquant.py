@@ -168,3 +168,19 @@ def test_k_quant_source_sets_auto_precision_on_a_gpu(tiny_qwen2, tmp_path, monke
     loaded = ss.load(str(folder))
     layer = loaded.model.model.layers[0].mlp.gate_proj
     assert loaded.precision == "q4" and isinstance(layer, nn.QuantizedLinear) and layer.bits == 4
+
+
+def test_first_conversion_shows_progress_on_a_terminal(tiny_qwen2, tmp_path, monkeypatch):
+    """Dequantizing a K-quant GGUF shows a bar to a person watching, and nothing in a log."""
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, shown in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", stream)
+        convert_gguf(tiny_qwen2, tmp_path / f"m{shown}")
+        assert ("dequantizing tiny-qwen2.gguf" in stream.getvalue()) is shown
+        assert ("tensor/s" in stream.getvalue()) is shown

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from pathlib import Path
 import gguf
 import mlx.core as mx
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import SpecstreamError
 from .gguf_tokenizer import gguf_tokenizer, gguf_tokens
@@ -88,9 +90,20 @@ def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
         if isinstance(value, list) and value and not isinstance(value[0], str):
             value = mx.array(value)
         metadata[key] = value
-    with ThreadPoolExecutor(os.cpu_count()) as pool:  # numpy releases the GIL while it works
-        arrays = pool.map(_dequantized, reader.tensors)
-        return {t.name: mx.array(a) for t, a in zip(reader.tensors, arrays, strict=True)}, metadata
+    bar = tqdm(  # on a terminal only: a first conversion takes tens of seconds
+        total=len(reader.tensors),
+        desc=f"dequantizing {path.name}",
+        unit="tensor",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
+    weights = {}
+    with bar, ThreadPoolExecutor(os.cpu_count()) as pool:  # numpy releases the GIL
+        for t, a in zip(reader.tensors, pool.map(_dequantized, reader.tensors), strict=True):
+            weights[t.name] = mx.array(a)
+            bar.update()
+    return weights, metadata
 
 
 UNQUANTIZED = ("F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64")
