@@ -243,6 +243,32 @@ def test_speculative_sampling_equals_plain_sampling(
         assert decided / passes > 1.1  # drafts were accepted
 
 
+def test_the_decoder_check_catches_a_wrong_rule(tiny, trained_streams, monkeypatch):
+    """The same check on the real decoder at the same sample size has power: the decoder with
+    the common mistake (the token after rejected candidates drawn from the full target, not the
+    residual) is caught."""
+    from specstream_mlx.decoding import host
+
+    def wrong(tree, target, drafts, rng):
+        path, token = verify_sampled(tree, target, drafts, rng)
+        if any(tree.parents[c] == path[-1] for c in range(1, len(tree))):  # children rejected
+            token = sample(target(path[-1]), rng)
+        return path, token
+
+    monkeypatch.setattr(host, "verify_sampled", wrong)
+    sampling, prompt, n_tokens, runs = SamplingParams(0.7, top_k=4), [5, 9, 5, 9, 5], 3, 1200
+    exact = plain_distribution(tiny, prompt, sampling, n_tokens)
+    counts = {}
+    for i in range(runs):
+        s = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, seed=10_000 + i)
+        out = ss.generate(tiny, prompt, max_tokens=n_tokens, sampling=s, decoder="ss",
+                          streams=trained_streams, chat=False)  # fmt: skip
+        counts[tuple(out.token_ids)] = counts.get(tuple(out.token_ids), 0) + 1
+    cells = sorted(exact)
+    observed = np.array([counts.get(c, 0) for c in cells])
+    assert chi_square_p(observed, np.array([exact[c] for c in cells]) * runs) < P_MIN
+
+
 def test_seed_replays_and_greedy_is_unchanged(tiny, trained_streams):
     prompt = encode_prompt(tiny, "seeded")
     a, b, c = (
