@@ -1,15 +1,18 @@
 """One resident base model, many adapters: each request decodes with the adapter it names.
 
 Adapters are read and checked against the base once, kept in memory (least recently used ones
-dropped beyond `max_resident`, re-read on their next use), and put on the model per request:
-streams are swapped; shared-mode LoRA is fused into the weights, computed afresh from the
-untouched base at every swap (streams.lora.fuse_lora; unfused on a quantized base). One lock
-serialises requests on the model, so threads (a server's requests) can share a manager safely:
-a request holds the model for the whole of its generation.
+dropped beyond `max_resident`, re-read on their next use), and made active per request:
+shared-mode LoRA is fused into the weights, computed afresh from the untouched base at every
+swap (streams.lora.fuse_lora; unfused on a quantized base), and the request gets a session: a
+LoadedModel of its own that carries the adapter's streams and name and shares the model, the
+tokenizer and the caches of compiled passes and chosen trees with the base, whose own `streams`
+and `adapter` stay None. One lock serialises requests on the model, so threads (a server's
+requests) can share a manager safely: a request holds the model for the whole of its generation,
+and a session is valid only inside its `use` block (the weights are the next adapter's after).
 
     manager = AdapterManager(ss.load())          # the shipped adapters registered by name
-    with manager.use("sql") as loaded:
-        ss.generate(loaded, prompt, decoder="ss")
+    with manager.use("sql") as session:
+        ss.generate(session, prompt, decoder="ss")
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import SpecstreamError
 from .models.loader import LoadedModel
@@ -56,6 +59,8 @@ class AdapterManager:
         if loaded.adapter is not None:
             self.register(loaded.adapter, loaded.adapter)
         attach(None, loaded)
+        loaded.streams, loaded.adapter = None, None
+        self._session = session_of(loaded, None)
         if adapters is None:
             adapters = {n: n for n in shipped_adapters() if made_for(n, loaded)}
         for name, source in adapters.items():
@@ -98,14 +103,14 @@ class AdapterManager:
 
     @contextmanager
     def use(self, name: str | None) -> Iterator[LoadedModel]:
-        """Hold the model with adapter `name` on it (None: the base alone) until the block
-        ends; other threads wait their turn."""
+        """Hold the model with adapter `name` active (None: the base alone) until the block
+        ends, as a session to decode with; other threads wait their turn."""
         if name is not None and name not in self._sources:
             known = ", ".join(self._sources) or "none"
             raise SpecstreamError(f"unknown adapter {name!r}; registered: {known}")
         with self._lock:
             self.activate(name)
-            yield self.loaded
+            yield self._session
 
     def activate(self, name: str | None) -> None:
         """Put adapter `name` on the model (None: take any off). Callers outside `use` must
@@ -125,6 +130,7 @@ class AdapterManager:
                     self._resident.move_to_end(name)
                     spent = self.times.swaps
             attach(adapter, self.loaded)
+            self._session = session_of(self.loaded, adapter)
             if adapter is not None:
                 spent.append(time.perf_counter() - start)
             self._active = name
@@ -136,3 +142,11 @@ class AdapterManager:
         spare = [n for n in self._resident if n not in (self._active, name)]
         for evicted in spare[: max(len(self._resident) - self.max_resident, 0)]:
             del self._resident[evicted]
+
+
+def session_of(loaded: LoadedModel, adapter: Adapter | None) -> LoadedModel:
+    """`loaded` with `adapter` active, as a LoadedModel of its own: the same model (its LoRA
+    already attached), tokenizer and caches (shared objects), its own streams and adapter name."""
+    if adapter is None:
+        return replace(loaded, streams=None, adapter=None)
+    return replace(loaded, streams=adapter.streams, adapter=adapter.source)

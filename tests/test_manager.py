@@ -72,6 +72,12 @@ def test_swapping_changes_outputs_and_never_the_base(tiny_folders, folders):
     assert want["a"] != want["c"] and want["a"] != want[None]  # the LoRA changes the model
     for name in ["a", "c", "a", "b", None, "lossless", "c", "a", "b", "a", None, "c"]:
         assert decode(manager, name) == want[name], name
+    with manager.use("a") as session:  # a session of its own; the base object carries none
+        assert session.adapter == names["a"] and session.streams is not None
+        assert session.model is loaded.model and session.passes is loaded.passes
+        assert loaded.streams is None and loaded.adapter is None
+    with manager.use("lossless") as other:
+        assert other.streams is not session.streams and loaded.streams is None
     manager.activate(None)  # shared LoRA is fused into the weights while on: the base comes back
     after = base_weights(loaded.model)
     assert before.keys() == after.keys()

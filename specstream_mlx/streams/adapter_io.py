@@ -231,10 +231,11 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
 
 
 def attach(adapter: Adapter | None, loaded) -> None:
-    """Make `adapter` the one `loaded` decodes with (None: the base model alone). LoRA on a float
-    base is fused into its weights, computed afresh from the untouched base at every swap (base
-    speed, no drift); on a quantized base it stays unfused (mlx-lm LoRALinear layers whose
-    tensors are swapped). Compiled passes of the old weights are dropped."""
+    """Put `adapter`'s LoRA on `loaded.model` (None, or a lossless adapter: the base weights).
+    LoRA on a float base is fused into its weights, computed afresh from the untouched base at
+    every swap (base speed, no drift); on a quantized base it stays unfused (mlx-lm LoRALinear
+    layers whose tensors are swapped). Compiled passes of the old weights are dropped. The
+    streams are the caller's to set (`ss.use_adapter`, `AdapterManager`'s sessions)."""
     model = loaded.model
     unfuse_lora(model, loaded.fused)
     loaded.fused = None
@@ -248,8 +249,6 @@ def attach(adapter: Adapter | None, loaded) -> None:
             if not put_back_lora(model, adapter.lora_rank, adapter.lora_scale):
                 apply_lora(model, adapter.lora_rank, adapter.lora_scale)
             load_lora_weights(model, adapter.lora)
-    loaded.streams = None if adapter is None else adapter.streams
-    loaded.adapter = None if adapter is None else adapter.source
 
 
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
@@ -259,9 +258,7 @@ def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
     next-token baseline) puts its LoRA on and returns None: no streams. Nothing changes when the
     folder does not fit."""
     adapter = read_adapter(folder, loaded)
-    streams, source = loaded.streams, loaded.adapter
     attach(adapter, loaded)
-    loaded.streams, loaded.adapter = streams, source  # the caller decides what is active
     return adapter.streams
 
 
