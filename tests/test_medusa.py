@@ -14,7 +14,6 @@ import specstream_mlx as ss
 from specstream_mlx.baselines.medusa import (
     MedusaConfig,
     MedusaDrafter,
-    head_targets,
     load_medusa,
     new_heads,
     save_medusa,
@@ -22,6 +21,7 @@ from specstream_mlx.baselines.medusa import (
 from specstream_mlx.bench.run import BenchConfig, run_bench
 from specstream_mlx.models.arch import arch_of
 from specstream_mlx.training.data import Example, load_dataset
+from specstream_mlx.training.medusa_loss import head_targets
 from specstream_mlx.training.trainer import TrainConfig, train
 
 from .tiny import FAMILIES

@@ -22,7 +22,6 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.tuner.lora import LoRALinear
 
-from ..baselines.medusa import final_hidden, medusa_loss
 from ..decoding.plan import Acceptance
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
@@ -40,6 +39,7 @@ from .forward import (
     stream_hidden,
     stream_loss,
 )
+from .medusa_loss import final_hidden, medusa_loss
 from .positions import segment, shared_stream_positions, stream_positions
 
 
