@@ -70,3 +70,18 @@ def test_auto_precision_on_a_gpu_requantizes_a_dequantized_k_quant(monkeypatch):
     assert backend.resolve_precision("float32", source_bits=4) == "float32"
     monkeypatch.setattr(backend, "on_cpu", lambda: True)
     assert backend.resolve_precision("auto", source_bits=4) == "float32"
+
+
+def test_the_shared_loop_imports_without_mlx():
+    """The PyTorch path runs the loop's framework-free half (decoding.host), the tree, prompt
+    lookup, rejection sampling and the stream config on machines without MLX."""
+    code = (
+        "import sys\n"
+        "for m in ('mlx', 'mlx.core', 'mlx.nn', 'mlx_lm'): sys.modules[m] = None\n"
+        "import specstream_mlx.decoding.host, specstream_mlx.decoding.lookup\n"
+        "import specstream_mlx.decoding.rejection, specstream_mlx.streams.config\n"
+        "import specstream_mlx.training.positions\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
