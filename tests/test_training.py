@@ -215,6 +215,27 @@ def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
         assert mx.allclose(a, b, atol=1e-6).item(), name
 
 
+def test_checkpoints_of_older_versions_resume(tiny, data_file, tmp_path):
+    """A checkpoint written before a setting existed ran with its default: it resumes; one
+    made with another value of it does not."""
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    cfg = TrainConfig(steps=4, batch_size=2, checkpoint_every=1, val_every=99)
+    train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", cfg,
+          log=lambda s: None, stop_after=2)  # fmt: skip
+    path = tmp_path / "r.checkpoint" / "progress.json"
+    progress = json.loads(path.read_text())
+    del progress["train_config"]["lora_layers"], progress["train_config"]["targets"]
+    path.write_text(json.dumps(progress))
+    messages = []
+    train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", cfg,
+          log=messages.append)  # fmt: skip
+    assert any("resuming from step 2" in m for m in messages)
+    other = TrainConfig(steps=4, batch_size=2, checkpoint_every=1, val_every=99, targets="self")
+    with pytest.raises(ss.SpecstreamError, match="other settings"):
+        train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", other,
+              log=lambda s: None)  # fmt: skip
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny, data_file, tmp_path, monkeypatch):
     data = load_dataset(data_file, tiny.tokenizer, 128)
     real = forward.stream_loss

@@ -543,7 +543,9 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
         saved = checkpoint.progress()
-        if (saved.get("train_config"), saved.get("stream_config")) != (
+        # settings added since the checkpoint was made ran as their defaults then
+        made_with = {**asdict(TrainConfig()), **(saved.get("train_config") or {})}
+        if (made_with, saved.get("stream_config")) != (
             progress["train_config"],
             progress["stream_config"],
         ):
@@ -552,6 +554,7 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
                 "remove it or use the same flags"
             )
         progress = checkpoint.load(module, optimizer)
+        progress["train_config"] = made_with
         log(f"resuming from step {progress['step']} ({checkpoint.path})")
 
     loss_and_grad = nn.value_and_grad(module, objective.loss)
