@@ -1,0 +1,64 @@
+"""Score a lossless stream adapter on a dev set exactly as `specstream train` validates: per-stream
+top-1 accuracy, tau of a chain and of a top-k tree, and the rank statistics (acceptance), so that
+adapters trained in different runs (or shipped) compare on the same rows.
+
+    ./dev.sh python benchmarks/validate_streams.py --adapter chat --data DEV.jsonl
+        [--max-length 512] [--targets text|self] [--json OUT.json]
+
+DEV.jsonl: prompt/completion rows (the format `specstream train` reads; rows flagged degenerate
+are skipped). `--targets self` scores against the base model's own greedy tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+# isort: off
+import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+from specstream_mlx.models.arch import arch_of  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
+from specstream_mlx.training.data import load_dataset  # noqa: E402
+from specstream_mlx.training.forward import base_features, stream_hidden  # noqa: E402
+from specstream_mlx.training.trainer import validate_streams  # noqa: E402
+# isort: on
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--adapter", required=True, help="a lossless adapter folder or name")
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--targets", choices=["text", "self"], default="text")
+    parser.add_argument("--json", help="write the validation record here")
+    args = parser.parse_args()
+    loaded = ss.load(args.model, adapter=args.adapter)
+    params = loaded.streams
+    if params is None or params.config.mode != "lossless":
+        raise SystemExit(f"{args.adapter}: not a lossless stream adapter")
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    val = load_dataset(args.data, loaded.tokenizer, args.max_length).examples
+    n_msa = params.config.n_msa_layers
+    feats = [base_features(arch, n_msa, ex.ids, ex.loss_mask, args.targets) for ex in val]
+
+    def hidden_of(i, rows):
+        return stream_hidden(arch, params, feats[i], rows)
+
+    record = asdict(validate_streams(arch, params, feats, hidden_of))
+    rates = record.pop("acceptance")
+    print(
+        f"{args.adapter} on {len(val)} rows of {args.data} ({record['positions']} positions): "
+        f"stream top-1 {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
+        f"tau top-{params.config.top_k} tree {record['tau_tree']}"
+    )
+    if args.json:
+        out = {"adapter": args.adapter, "data": args.data, "targets": args.targets, **record}
+        out.update(acceptance=rates, **provenance())
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
