@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import replace
@@ -31,6 +30,7 @@ from pathlib import Path
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.metrics import rouge, sql_exact_match  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 from specstream_mlx.tasks import read_task_examples  # noqa: E402
 from specstream_mlx.training.chat_prompts import build_chat_prompts  # noqa: E402
 # isort: on
@@ -148,7 +148,6 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "machine": platform.platform(),
                     "adapter": args.adapter,
                     "mode": trained.config.mode,
                     "task": args.task,
@@ -159,6 +158,7 @@ def main() -> None:
                     ),
                     "baseline": args.baseline,
                     "rows": rows,
+                    **provenance(),
                 },
                 f,
                 indent=2,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -20,6 +19,7 @@ import numpy as np
 
 import specstream_mlx as ss
 from specstream_mlx.manager import AdapterManager
+from specstream_mlx.provenance import provenance
 
 
 def main() -> None:
@@ -50,7 +50,6 @@ def main() -> None:
     manager.activate(None)
 
     result = {
-        "machine": {"platform": platform.platform(), "processor": platform.machine()},
         "swap_ms": {
             "median": round(statistics.median(swaps), 3),
             "p90": round(float(np.percentile(swaps, 90, method="higher")), 3),
@@ -64,6 +63,7 @@ def main() -> None:
             for n, v in cold.items()
         },
         "resident_bytes": manager.resident(),
+        **provenance(),
     }
     print(json.dumps(result, indent=2))
     if args.json:

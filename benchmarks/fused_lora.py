@@ -24,6 +24,7 @@ from pathlib import Path
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
 from specstream_mlx.manager import AdapterManager  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 from specstream_mlx.streams import adapter_io  # noqa: E402
 from specstream_mlx.tasks import read_task_examples  # noqa: E402
 # isort: on
@@ -90,7 +91,8 @@ def main() -> None:
             f"{r['base_tokens_per_second']} | {r['sql_tokens_per_second']} | {r['sql_over_base']} |"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+        out = {"rows": results, **provenance()}
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -19,6 +18,7 @@ import time
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402  (after specstream_mlx on purpose)
 from mlx_lm.models.cache import make_prompt_cache  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 # isort: on
 
 
@@ -70,8 +70,8 @@ def main() -> None:
             "precision": loaded.precision,
             "context": args.context,
             "device": ss.backend.device_name(),
-            "machine": platform.platform(),
             "rows": rows,
+            **provenance(),
         }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

@@ -27,6 +27,7 @@ from specstream_mlx.decoding.loop import Decoder, make_cache  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 # isort: on
 
 NODES = (1, 2, 3, 4, 8, 16)
@@ -114,7 +115,7 @@ def main() -> None:
     if args.json:
         report = {"model": loaded.name, "compiled": compiled, "plain_step_ms": round(plain, 2)}
         with open(args.json, "w") as f:
-            json.dump({**report, "rows": rows}, f, indent=1)
+            json.dump({**report, "rows": rows, **provenance()}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -28,6 +27,7 @@ from mlx_lm.sample_utils import make_sampler  # noqa: E402
 from specstream_mlx.generate import encode_prompt  # noqa: E402
 from specstream_mlx.models.gguf import convert_gguf  # noqa: E402
 from specstream_mlx.models.loader import default_gguf_path  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
 
@@ -108,11 +108,11 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "machine": platform.platform(),
                     "device": ss.backend.device_name(),
                     "prompt": PROMPT,
                     "max_tokens": args.max_tokens,
                     "rows": rows,
+                    **provenance(),
                 },
                 f,
                 indent=2,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import socket
 import statistics
 import threading
@@ -29,6 +28,7 @@ from specstream_apps.server import create_app
 
 import specstream_mlx as ss
 from specstream_mlx.manager import AdapterManager
+from specstream_mlx.provenance import provenance
 from specstream_mlx.tasks import read_task_examples
 from specstream_mlx.training.chat_prompts import build_chat_mix
 
@@ -99,7 +99,6 @@ def main() -> None:
         entry["requests"] += 1
         entry["tau"].append(spec["mean_accepted_tokens"])
     result = {
-        "machine": {"platform": platform.platform(), "processor": platform.machine()},
         "requests": args.requests,
         "max_tokens": args.max_tokens,
         "identical_to_alone": same,
@@ -117,6 +116,7 @@ def main() -> None:
             a: {"requests": e["requests"], "mean_tau": round(statistics.mean(e["tau"]), 3)}
             for a, e in per_adapter.items()
         },
+        **provenance(),
     }
     print(json.dumps(result, indent=2))
     if args.json:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import statistics
 import time
@@ -17,6 +16,7 @@ import time
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.generate import default_streams, encode_prompt  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 from specstream_mlx.streams.config import StreamConfig  # noqa: E402
 from specstream_mlx.streams.params import StreamParams  # noqa: E402
 # isort: on
@@ -132,10 +132,10 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "machine": platform.platform(),
                     "max_tokens": args.max_tokens,
                     "rounds": args.rounds,
                     "rows": rows,
+                    **provenance(),
                 },
                 f,
                 indent=2,

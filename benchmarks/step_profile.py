@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -33,6 +32,7 @@ from specstream_mlx.decoding.plan import TreePlan, expected_tokens, sparse_tree 
 from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
 from specstream_mlx.decoding.tree_step import tree_forward  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
+from specstream_mlx.provenance import provenance  # noqa: E402
 # isort: on
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
@@ -230,7 +230,6 @@ def main() -> None:
         f"({plan.nodes} nodes)"
     )
     result = {
-        "machine": platform.platform(),
         "device": ss.backend.device_name(),
         "precision": loaded.precision,
         "adapter": args.adapter,
@@ -241,6 +240,7 @@ def main() -> None:
         },
         "passes_ms": passes(loaded, arch, params, plan, cache, args.rounds),
         "generations": generations(loaded, params, args.generations, args.max_tokens),
+        **provenance(),
     }
     for rows, parts in result["components_ms"].items():
         print(f"\n| eager pass, {rows} | ms |\n|---|---:|")

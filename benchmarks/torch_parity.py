@@ -33,6 +33,7 @@ from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
+from specstream_mlx.provenance import provenance
 from specstream_mlx.streams.adapter_io import SHIPPED_DIR, load_adapter
 from specstream_mlx.streams.lora import remove_lora
 
@@ -97,7 +98,7 @@ def main() -> None:
         }
         remove_lora(loaded.model)
         remove_torch_lora(base)
-    print(json.dumps(report, indent=1))
+    print(json.dumps({**report, **provenance()}, indent=1))
 
 
 if __name__ == "__main__":
