@@ -23,6 +23,11 @@
 # `capped`). One distillation runs at a time (the PID file says which). Settings: SPLIT (train or
 # dev), SPECSTREAM_DATA, RUN_DIR, MAX_TOKENS, BATCH_SIZE, LIMIT (the first N prompts of the split;
 # default all), FOREGROUND=1 (run here, with a progress bar on a terminal).
+#
+# The answers outlive the machine only in the repository: before it starts, this script appends
+# to the output the rows already kept in corpus/smollm2-135m-instruct/ (scripts/corpus.py
+# unpack), so it resumes after them; after a run, `./dev.sh python scripts/corpus.py pack
+# --split $SPLIT` writes the new rows as the next shard, to commit (docs/CORPUS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -43,6 +48,8 @@ if [ -f "$PID_FILE" ]; then
         exit 1
     fi
 fi
+
+./dev.sh python scripts/corpus.py unpack --split "$SPLIT" --rows "$OUT" --data-dir "$DATA_DIR"
 
 cmd=(./dev.sh specstream distill --instructions --split "$SPLIT" --data-dir "$DATA_DIR"
     --max-tokens "$MAX_TOKENS" --batch-size "$BATCH_SIZE" --out "$OUT")

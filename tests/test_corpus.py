@@ -1,5 +1,6 @@
 """The distilled corpus: the instructions' fixed dev slice, the loop filter, resumable distill."""
 
+import gzip
 import json
 from collections import Counter
 
@@ -171,3 +172,65 @@ def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):
     assert len(dev) == 3 and all(is_dev(it.prompt) and it.source for it in dev)
     train = source_prompts(build_parser().parse_args(argv))
     assert len(train) == 300 - len(instructions_split(path, "dev"))
+
+
+def _distilled_rows(prompts):
+    return [
+        make_row(_Letters(), Instruction(p, f"r@{i % 2}", "c"), [i % 20, 3, 4], capped=i % 2 == 0)
+        for i, p in enumerate(prompts)
+    ]
+
+
+def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path):
+    from specstream_mlx.training.corpus import pack, read_shards, shards, unpack
+
+    prompts = [f"Tell me about topic {i}." for i in range(9)]
+    instructions = tmp_path / "instructions.jsonl"
+    instructions.write_text(
+        "".join(json.dumps({"prompt": p, "source": "r@1"}) + "\n" for p in prompts)
+    )
+    rows = _distilled_rows(prompts)
+    distilled, corpus = tmp_path / "d.jsonl", tmp_path / "corpus"
+    distilled.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
+    first = pack(distilled, corpus, "train")
+    assert first.name == "train-00001.jsonl.gz"
+    assert not any(p.encode() in gzip.decompress(first.read_bytes()) for p in prompts)
+    assert pack(distilled, corpus, "train") is None  # nothing new: no shard
+    distilled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert pack(distilled, corpus, "train").name == "train-00002.jsonl.gz"
+    assert [s.name for s in shards(corpus, "train")] == [
+        "train-00001.jsonl.gz",
+        "train-00002.jsonl.gz",
+    ]
+    assert len(read_shards(corpus, "train")) == 9 and shards(corpus, "dev") == []
+
+    # a new machine: the shards and the instructions file rebuild every row as distill wrote it
+    rebuilt = tmp_path / "new" / "d.jsonl"
+    assert unpack(corpus, instructions, "train", rebuilt) == 9
+    got = sorted(
+        (json.loads(ln) for ln in rebuilt.read_text().splitlines()), key=lambda r: r["prompt"]
+    )
+    assert got == sorted(rows, key=lambda r: r["prompt"])
+    assert unpack(corpus, instructions, "train", rebuilt) == 0  # already there: nothing twice
+
+    # rows already distilled stay; a prompt gone from the instructions file is left out
+    instructions.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts[1:]))
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text(json.dumps(rows[2]) + "\n")
+    assert unpack(corpus, instructions, "train", partial) == 7
+    assert len(partial.read_text().splitlines()) == 8
+
+
+def test_packing_the_same_rows_gives_the_same_bytes_and_a_damaged_shard_is_one_error(tmp_path):
+    from specstream_mlx.training.corpus import pack, read_shards
+
+    distilled = tmp_path / "d.jsonl"
+    distilled.write_text("".join(json.dumps(r) + "\n" for r in _distilled_rows(["a", "b"])))
+    one, two = pack(distilled, tmp_path / "x", "dev"), pack(distilled, tmp_path / "y", "dev")
+    assert one.read_bytes() == two.read_bytes()
+    one.write_bytes(one.read_bytes()[:20])
+    with pytest.raises(ss.SpecstreamError, match="damaged"):
+        read_shards(tmp_path / "x", "dev")
+    distilled.write_text('{"prompt": "a"}\n')
+    with pytest.raises(ss.SpecstreamError, match="missing completion"):
+        pack(distilled, tmp_path / "z", "dev")

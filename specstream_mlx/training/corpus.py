@@ -1,0 +1,123 @@
+"""The distilled answers kept in the repository, so that a corpus that takes a dozen hours of
+this CPU grows across sessions and machines instead of living in one machine's runs/ folder.
+
+A shard holds distilled rows (training/distill.py) without their prompts: the prompts stay in
+../shared/data/instructions and are never copied into the repository. Each row carries `key`, a
+hash of its prompt's text, and `unpack` joins the shards with the instructions file to rebuild
+the full rows file that `specstream distill` resumes and `specstream train` reads.
+
+    corpus/<model>/<split>-00001.jsonl.gz, <split>-00002.jsonl.gz, ...
+
+`pack` writes only rows that no shard holds yet, as one new shard: earlier shards never change,
+so each is committed once. Shards are gzip with a zero timestamp (the same rows give the same
+bytes) and are written atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+from ..errors import SpecstreamError
+from ..jsonl import BadRow, read_rows
+from .instructions import read_instructions
+
+SHARD = re.compile(r"^(train|dev)-(\d{5})\.jsonl\.gz$")
+FIELDS = ("completion", "source", "category", "tokens", "capped", "loop", "loop_tail", "degenerate")
+
+
+def prompt_key(prompt: str) -> str:
+    """What a shard row keeps of its prompt: 16 hex digits of its SHA-256."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+
+
+def shards(corpus_dir: Path, split: str) -> list[Path]:
+    """The split's shards, in order."""
+    if not corpus_dir.is_dir():
+        return []
+    found = [p for p in corpus_dir.iterdir() if (m := SHARD.match(p.name)) and m[1] == split]
+    return sorted(found)
+
+
+def read_shards(corpus_dir: Path, split: str) -> dict[str, dict]:
+    """key -> row (without its prompt) over every shard of the split."""
+    rows: dict[str, dict] = {}
+    for shard in shards(corpus_dir, split):
+        try:
+            text = gzip.decompress(shard.read_bytes()).decode("utf-8")
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise SpecstreamError(f"corpus shard {shard} is damaged ({exc})") from None
+        for number, line in enumerate(text.splitlines(), start=1):
+            try:
+                row = json.loads(line)
+                rows[row["key"]] = row
+            except (ValueError, KeyError, TypeError):
+                raise SpecstreamError(f"corpus shard {shard}: line {number} is not a row") from None
+    return rows
+
+
+def _distilled(row) -> dict:
+    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+        raise BadRow('needs a "prompt" string')
+    missing = [f for f in FIELDS if f not in row]
+    if missing:
+        raise BadRow(f"missing {', '.join(missing)}")
+    return row
+
+
+def pack(rows_path: Path, corpus_dir: Path, split: str) -> Path | None:
+    """Write the rows of `rows_path` (a `specstream distill` output) that no shard of `split`
+    holds as the next shard; None when there are none."""
+    have = read_shards(corpus_dir, split)
+    new = []
+    for row in read_rows(rows_path, _distilled, "distilled rows"):
+        key = prompt_key(row["prompt"])
+        if key not in have:
+            have[key] = row
+            new.append({"key": key, **{f: row[f] for f in FIELDS}})
+    if not new:
+        return None
+    existing = shards(corpus_dir, split)
+    number = int(SHARD.match(existing[-1].name)[2]) + 1 if existing else 1
+    shard = corpus_dir / f"{split}-{number:05d}.jsonl.gz"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new).encode("utf-8")
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz:  # mtime 0: same rows, same bytes
+        gz.write(text)
+    _write_atomically(shard, buffer.getvalue())
+    return shard
+
+
+def unpack(corpus_dir: Path, instructions: Path, split: str, out_path: Path) -> int:
+    """Append to `out_path` the shard rows of `split` it lacks, each with its prompt from the
+    instructions file; returns how many. Shard rows whose prompt the file no longer holds are
+    left out (the file changed); rows already in `out_path` are kept as they are."""
+    from .distill import read_done
+
+    by_key = {prompt_key(i.prompt): i.prompt for i in read_instructions(instructions)}
+    done = read_done(out_path)
+    added = []
+    for key, row in read_shards(corpus_dir, split).items():
+        prompt = by_key.get(key)
+        if prompt is not None and prompt not in done:
+            added.append({"prompt": prompt, **{f: row[f] for f in FIELDS}})
+    if added:
+        old = out_path.read_bytes() if out_path.exists() else b""
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in added)
+        _write_atomically(out_path, old + text.encode("utf-8"))
+    return len(added)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
