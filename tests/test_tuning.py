@@ -506,3 +506,20 @@ def test_mlx_quantized_bases_stay_lossless(tiny_folders, precision):
             loaded, "quantized base", max_tokens=20, decoder="ss", streams=params, compile=compiled
         )
         assert spec.token_ids == plain.token_ids
+
+
+def test_a_shared_adapters_plain_step_counts_its_stream_rows_not_a_head_on_them(tiny_models):
+    loaded = tiny_models["llama"]
+    curve = flat_curve(loaded, per_row=0.5)
+    n_msa, gamma = 2, 3
+    extra = curve.shared_plain_ms(gamma, n_msa) - curve.plain_ms
+    assert extra == pytest.approx(n_msa * (curve.layer(1 + gamma) - curve.layer(1)))
+    # a one-node pass of the same streams also runs the head on their rows: it costs more
+    assert curve.shared_plain_ms(gamma, n_msa) < curve.pass_ms(1, gamma, n_msa)
+
+
+def test_the_plain_step_never_exceeds_the_bare_one_row_pass(tiny_models):
+    loaded = tiny_models["llama"]
+    curve = calibration.measure_curve(loaded, rounds=1, rows=(1, 2))
+    one_row = curve.n_layers * curve.layer(1) + curve.head(1)
+    assert 0 < curve.plain_step_ms <= one_row + 1e-3
