@@ -122,10 +122,12 @@ def passes_for(loaded, arch, streams: StreamParams | None, compiled: bool) -> Pa
 
 def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[TreePolicy, dict]:
     """The tree the streams draft: calibrated for the device when they carry acceptance
-    statistics (greedy, tree="auto"), their own otherwise."""
-    if opts.tree == "auto" and sampling.greedy and opts.draft_override is None:
+    statistics (tree="auto"), their own otherwise. The statistics are greedy, so a sampled
+    generation drafts the streams' own tree, or nothing where no greedy tree pays: sampling
+    accepts fewer drafts than greedy decoding (measured: tau 1.44 -> 1.20 for `chat` at 0.7)."""
+    if opts.tree == "auto" and opts.draft_override is None:
         plan = tuned(loaded, streams)
-        if plan is not None:
+        if plan is not None and (sampling.greedy or not plan.paths):
             return TreePolicy.static(plan.paths), {"source": "calibrated", **plan.to_dict()}
     policy = TreePolicy.of(streams.config)
     return policy, {

@@ -388,6 +388,25 @@ def test_useless_streams_decode_plainly(tiny_models):
     assert spec.stats.forward_passes == plain.stats.forward_passes
 
 
+def test_sampling_drafts_nothing_where_no_greedy_tree_pays(tiny_models):
+    loaded = tiny_models["llama"]
+    loaded.latency_curve = flat_curve(loaded, per_row=0.01)
+    params = streams_for(loaded, 9, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=4)
+    sampling = SamplingParams(0.8, seed=3)
+    params.acceptance = Acceptance(2, 1000, {})  # never right, greedily
+    plain = ss.generate(loaded, "sampled", max_tokens=12, sampling=sampling)
+    spec = ss.generate(loaded, "sampled", max_tokens=12, decoder="ss", streams=params,
+                       sampling=sampling)  # fmt: skip
+    assert spec.token_ids == plain.token_ids and spec.stats.decoder == "ar"
+    assert spec.stats.forward_passes == plain.stats.forward_passes
+    # where a greedy tree pays, sampling drafts the streams' own tree (the statistics are greedy)
+    good = streams_for(loaded, 9, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=4)
+    good.acceptance = Acceptance(2, 100, {(0,): 100, (0, 0): 100})
+    drafted = ss.generate(loaded, "sampled", max_tokens=12, decoder="ss", streams=good,
+                          sampling=sampling)  # fmt: skip
+    assert drafted.stats.to_dict()["tree"]["source"] == "adapter"
+
+
 def test_bad_tree_choice_name(tiny_models):
     with pytest.raises(SpecstreamError, match="tree must be one of"):
         ss.generate(tiny_models["llama"], "x", max_tokens=2, decoder="ss", tree="best")

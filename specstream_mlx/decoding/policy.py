@@ -1,6 +1,7 @@
-"""What a decoder drafts each pass: the tree policy. It is chosen once, when a model or adapter
-is made active (the streams' own tree, or the static tree calibrated for the device), apart from
-StreamConfig, which says what the streams' weights are."""
+"""What a decoder drafts each pass: the tree policy, apart from StreamConfig, which says what the
+streams' weights are. It is the streams' own tree or the static tree calibrated for the device;
+the calibrated one is planned once per active model or adapter and device, on the first
+speculative generation there, and kept on the session (calibration.tuned), not per generation."""
 
 from __future__ import annotations
 
