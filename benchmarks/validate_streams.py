@@ -19,7 +19,9 @@ from pathlib import Path
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.models.arch import arch_of  # noqa: E402
+from specstream_mlx.decoding.plan import best_paths  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
+from specstream_mlx.streams.acceptance import Acceptance  # noqa: E402
 from specstream_mlx.training.data import load_dataset  # noqa: E402
 from specstream_mlx.training.forward import base_features, stream_hidden  # noqa: E402
 from specstream_mlx.training.trainer import validate_streams  # noqa: E402
@@ -49,15 +51,27 @@ def main() -> None:
 
     record = asdict(validate_streams(arch, params, feats, hidden_of))
     rates = record.pop("acceptance")
+    record["tau_static"] = static_taus(Acceptance.from_dict(rates), params.config.gamma)
     print(
         f"{args.adapter} on {len(val)} rows of {args.data} ({record['positions']} positions): "
         f"stream top-1 {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
-        f"tau top-{params.config.top_k} tree {record['tau_tree']}"
+        f"tau top-{params.config.top_k} tree {record['tau_tree']}, tau of the best static tree "
+        f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}"
     )
     if args.json:
         out = {"adapter": args.adapter, "data": args.data, "targets": args.targets, **record}
         out.update(acceptance=rates, **provenance())
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+def static_taus(acceptance: Acceptance, gamma: int) -> dict[int, float]:
+    """Expected tokens per pass of the best static tree of 4, 8 and 16 nodes (root included)
+    under these statistics: the most probable rank paths, as the device's tree choice takes."""
+    taus = {}
+    for nodes in (4, 8, 16):
+        paths = best_paths(acceptance, gamma, nodes - 1)
+        taus[nodes] = round(1.0 + sum(acceptance.probability(p) for p in paths), 4)
+    return taus
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Issue 20's curves and ablations for the lossless `chat` streams, one row at a time, each a
+# resumable `specstream train` run on the distilled instruction answers (corpus/, unpacked into
+# ../runs/distill by scripts/corpus.py) scored on the same 300 dev answers by
+# benchmarks/validate_streams.py. Every row has the same budget unless its name says otherwise:
+# gamma 4, 8 MSA layers, stream-adapter rank 8, 400 steps of batch 4, lr 3e-3, segment 32.
+#
+#   scripts/stream_ablation.sh                 # every row, in order (hours: ~35 min of training
+#                                              # and ~10 min of scoring per row on dev-cpu)
+#   ROWS="n1000 n3000" scripts/stream_ablation.sh
+#   DRY_RUN=1 scripts/stream_ablation.sh       # the commands, nothing run
+#
+# Rows: n1000 / n3000 / n10000: the first N usable training answers, fixed step budget (data
+# curve; a row whose N exceeds what is distilled is skipped with a message); e1000: 1,000
+# answers for 2 epochs (500 steps: fixed epoch count); soft: n3000 with --targets soft; r32,
+# r64: n3000 with stream-adapter rank 32 / 64; msa4, msa12: n3000 with 4 / 12 MSA layers.
+# Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
+# ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
+# counts, training seconds, provenance). A row whose JSON exists is not run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUN_DIR=${RUN_DIR:-../runs/ablation}
+DISTILL=${DISTILL:-../runs/distill}
+DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12"
+ROWS=${ROWS:-$ALL}
+DRY_RUN=${DRY_RUN:-0}
+
+run() {
+    echo "+ $*"
+    [ "$DRY_RUN" = 1 ] || "$@"
+}
+
+mkdir -p "$RUN_DIR" "$DISTILL"
+for split in train dev; do
+    run ./dev.sh python scripts/corpus.py unpack --split "$split" \
+        --rows "$DISTILL/instructions_$split.jsonl" --data-dir "$DATA_DIR"
+done
+
+usable() {  # the first $1 rows that training reads (not degenerate) of $2 into $3
+    ./dev.sh python - "$1" "$2" "$3" <<'PY'
+import json, os, sys
+n, src, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rows = [r for r in map(json.loads, open(src)) if not r.get("degenerate")]
+if len(rows) < n:
+    sys.exit(f"only {len(rows)} usable rows in {src}, {n} wanted")
+with open(out + ".tmp", "w") as f:
+    f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:n])
+os.replace(out + ".tmp", out)
+PY
+}
+
+DEV=$RUN_DIR/dev300.jsonl
+if [ "$DRY_RUN" != 1 ]; then
+    usable 300 "$DISTILL/instructions_dev.jsonl" "$DEV"
+fi
+
+for row in $ROWS; do
+    n=3000 steps=400 msa=8 rank=8 targets=text
+    case "$row" in
+        n1000) n=1000 ;;
+        n3000) ;;
+        n10000) n=10000 ;;
+        e1000) n=1000 steps=500 ;;
+        soft) targets=soft ;;
+        r32) rank=32 ;;
+        r64) rank=64 ;;
+        msa4) msa=4 ;;
+        msa12) msa=12 ;;
+        *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
+    esac
+    if [ -f "$RUN_DIR/$row.json" ]; then
+        echo "$row: done ($RUN_DIR/$row.json)"
+        continue
+    fi
+    data=$RUN_DIR/train_$n.jsonl
+    if [ "$DRY_RUN" != 1 ] && ! usable "$n" "$DISTILL/instructions_train.jsonl" "$data"; then
+        echo "$row: skipped (distil more: scripts/distill_instructions.sh)"
+        continue
+    fi
+    # training validates on the same dev rows at its last step (recorded in adapter_config.json);
+    # validate_streams adds the acceptance counts and the static trees' tau
+    run ./dev.sh specstream train --mode lossless --data "$data" --val "$DEV" \
+        --out "$RUN_DIR/$row" --gamma 4 --msa-layers "$msa" --tree-top-k 3 --rank "$rank" \
+        --targets "$targets" --steps "$steps" --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 \
+        --max-length 512 --val-every "$steps" --checkpoint-every 25 --seed 0 --quiet
+    run ./dev.sh python benchmarks/validate_streams.py --adapter "$RUN_DIR/$row" --data "$DEV" \
+        --json "$RUN_DIR/$row.json"
+done
