@@ -209,7 +209,7 @@ def test_openai_message_shapes(client):
 
 
 def test_sampling_with_an_adapter_is_speculative_and_seeded(client):
-    """Sampling requests run the speculative decoder too (tree rejection sampling keeps the
+    """Sampling requests run the speculative decoders too (tree rejection sampling keeps the
     distribution exact); a seed replays the same text, also with a shared-mode adapter."""
     for model in ("chat", "sql"):
         one, two = (
@@ -224,7 +224,10 @@ def test_sampling_with_an_adapter_is_speculative_and_seeded(client):
             for _ in range(2)
         )
         assert one.choices[0].message.content == two.choices[0].message.content
-        assert one.model_extra["speculative"]["decoder"] == "ss+pld"
+        spec = one.model_extra["speculative"]
+        # what ran: ss+pld, or pld where no tree of the streams pays on this device (the
+        # calibration's greedy statistics say none does, so sampling drafts none either)
+        assert spec["requested_decoder"] == "ss+pld" and spec["decoder"] in ("ss+pld", "pld")
         assert one.usage.completion_tokens >= 1
 
 
