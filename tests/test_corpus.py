@@ -234,3 +234,14 @@ def test_packing_the_same_rows_gives_the_same_bytes_and_a_damaged_shard_is_one_e
     distilled.write_text('{"prompt": "a"}\n')
     with pytest.raises(ss.SpecstreamError, match="missing completion"):
         pack(distilled, tmp_path / "z", "dev")
+
+
+def test_packing_a_growing_file_leaves_the_line_in_flight(tmp_path):
+    from specstream_mlx.training.corpus import pack, read_shards
+
+    distilled = tmp_path / "d.jsonl"
+    rows = _distilled_rows(["a", "b"])
+    distilled.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1])[:25])
+    pack(distilled, tmp_path / "c", "train")
+    assert len(read_shards(tmp_path / "c", "train")) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "d.jsonl"]  # nothing left over

@@ -70,12 +70,26 @@ def _distilled(row) -> dict:
     return row
 
 
+def _complete_rows(rows_path: Path) -> list[dict]:
+    """The rows of a distill output, up to its last newline: a line still being written by a
+    running distillation is left for the next pack."""
+    if not rows_path.is_file():
+        raise SpecstreamError(f"data file not found: {rows_path}")
+    data = rows_path.read_bytes()
+    complete = rows_path.with_name(f".{rows_path.name}.{os.getpid()}.complete")
+    complete.write_bytes(data[: data.rfind(b"\n") + 1])
+    try:
+        return read_rows(complete, _distilled, f"distilled rows of {rows_path}")
+    finally:
+        complete.unlink()
+
+
 def pack(rows_path: Path, corpus_dir: Path, split: str) -> Path | None:
-    """Write the rows of `rows_path` (a `specstream distill` output) that no shard of `split`
-    holds as the next shard; None when there are none."""
+    """Write the rows of `rows_path` (a `specstream distill` output, which may still be growing)
+    that no shard of `split` holds as the next shard; None when there are none."""
     have = read_shards(corpus_dir, split)
     new = []
-    for row in read_rows(rows_path, _distilled, "distilled rows"):
+    for row in _complete_rows(rows_path):
         key = prompt_key(row["prompt"])
         if key not in have:
             have[key] = row
