@@ -124,7 +124,7 @@ def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[Tre
     """The tree the streams draft: calibrated for the device when they carry acceptance
     statistics (tree="auto"), their own otherwise. The statistics are greedy, so a sampled
     generation drafts the streams' own tree, or nothing where no greedy tree pays: sampling
-    accepts fewer drafts than greedy decoding (measured: tau 1.44 -> 1.20 for `chat` at 0.7)."""
+    accepts fewer drafts than greedy decoding (`chat` with its own tree ran 0.93x `ar` at T 0.7)."""
     if opts.tree == "auto" and opts.draft_override is None:
         plan = tuned(loaded, streams)
         if plan is not None and (sampling.greedy or not plan.paths):
