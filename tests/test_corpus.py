@@ -175,10 +175,13 @@ def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):
 
 
 def _distilled_rows(prompts):
-    return [
+    rows = [
         make_row(_Letters(), Instruction(p, f"r@{i % 2}", "c"), [i % 20, 3, 4], capped=i % 2 == 0)
         for i, p in enumerate(prompts)
     ]
+    for row in rows[::3]:  # answers that copy their prompt, as real ones often do
+        row["completion"] = f"Sure. {row['prompt']} -- {row['completion']} {row['prompt'][-20:]}"
+    return rows
 
 
 def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path):
@@ -187,14 +190,19 @@ def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path
     prompts = [f"Tell me about topic {i}." for i in range(9)]
     instructions = tmp_path / "instructions.jsonl"
     instructions.write_text(
-        "".join(json.dumps({"prompt": p, "source": "r@1"}) + "\n" for p in prompts)
+        "".join(
+            json.dumps({"prompt": p, "source": f"r@{i % 2}", "category": "c"}) + "\n"
+            for i, p in enumerate(prompts)
+        )
     )
     rows = _distilled_rows(prompts)
     distilled, corpus = tmp_path / "d.jsonl", tmp_path / "corpus"
     distilled.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]))
     first = pack(distilled, corpus, "train")
     assert first.name == "train-00001.jsonl.gz"
-    assert not any(p.encode() in gzip.decompress(first.read_bytes()) for p in prompts)
+    stored = gzip.decompress(first.read_bytes()).decode()
+    # no prompt text, not even what an answer copies from its prompt (16 characters or more)
+    assert not any(p[i : i + 16] in stored for p in prompts for i in range(len(p) - 15))
     assert pack(distilled, corpus, "train") is None  # nothing new: no shard
     distilled.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert pack(distilled, corpus, "train").name == "train-00002.jsonl.gz"

@@ -3,7 +3,9 @@ this CPU grows across sessions and machines instead of living in one machine's r
 
 A shard holds distilled rows (training/distill.py) without their prompts: the prompts stay in
 ../shared/data/instructions and are never copied into the repository. Each row carries `key`, a
-hash of its prompt's text, and `unpack` joins the shards with the instructions file to rebuild
+hash of its prompt's text; what an answer copies from its prompt (QUOTE or more characters in a
+run) is kept as a reference into the prompt, and the prompt's source and category are not kept
+(the instructions file has them). `unpack` joins the shards with the instructions file to rebuild
 the full rows file that `specstream distill` resumes and `specstream train` reads.
 
     corpus/<model>/<split>-00001.jsonl.gz, <split>-00002.jsonl.gz, ...
@@ -15,6 +17,7 @@ bytes) and are written atomically.
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import hashlib
 import io
@@ -28,7 +31,35 @@ from ..jsonl import BadRow, read_rows
 from .instructions import read_instructions
 
 SHARD = re.compile(r"^(train|dev)-(\d{5})\.jsonl\.gz$")
-FIELDS = ("completion", "source", "category", "tokens", "capped", "loop", "loop_tail", "degenerate")
+FIELDS = ("tokens", "capped", "loop", "loop_tail", "degenerate")  # kept as they are
+QUOTE = 16  # a run of at least this many characters copied from the prompt is kept as a reference
+
+
+def quote_spans(prompt: str, completion: str) -> list:
+    """The completion as segments: its own text (str) and, for every run of QUOTE or more
+    characters it copies from the prompt (however often, in any order), [start, end] into the
+    prompt, so that no prompt text is stored."""
+    match = difflib.SequenceMatcher(None, prompt, "", autojunk=False)
+    match.set_seq2(completion)
+    segments: list = []
+
+    def split(lo: int, hi: int) -> None:  # completion[lo:hi], longest copied run first
+        a, b, size = match.find_longest_match(0, len(prompt), lo, hi)
+        if size < QUOTE:
+            if hi > lo:
+                segments.append(completion[lo:hi])
+            return
+        split(lo, b)
+        segments.append([a, a + size])
+        split(b + size, hi)
+
+    split(0, len(completion))
+    return segments
+
+
+def unquote(prompt: str, segments: list) -> str:
+    """quote_spans reversed."""
+    return "".join(s if isinstance(s, str) else prompt[s[0] : s[1]] for s in segments)
 
 
 def prompt_key(prompt: str) -> str:
@@ -64,7 +95,7 @@ def read_shards(corpus_dir: Path, split: str) -> dict[str, dict]:
 def _distilled(row) -> dict:
     if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
         raise BadRow('needs a "prompt" string')
-    missing = [f for f in FIELDS if f not in row]
+    missing = [f for f in ("completion", *FIELDS) if f not in row]
     if missing:
         raise BadRow(f"missing {', '.join(missing)}")
     return row
@@ -93,7 +124,8 @@ def pack(rows_path: Path, corpus_dir: Path, split: str) -> Path | None:
         key = prompt_key(row["prompt"])
         if key not in have:
             have[key] = row
-            new.append({"key": key, **{f: row[f] for f in FIELDS}})
+            text = quote_spans(row["prompt"], row["completion"])
+            new.append({"key": key, "completion": text, **{f: row[f] for f in FIELDS}})
     if not new:
         return None
     existing = shards(corpus_dir, split)
@@ -113,13 +145,17 @@ def unpack(corpus_dir: Path, instructions: Path, split: str, out_path: Path) -> 
     left out (the file changed); rows already in `out_path` are kept as they are."""
     from .distill import read_done
 
-    by_key = {prompt_key(i.prompt): i.prompt for i in read_instructions(instructions)}
+    by_key = {prompt_key(i.prompt): i for i in read_instructions(instructions)}
     done = read_done(out_path)
     added = []
     for key, row in read_shards(corpus_dir, split).items():
-        prompt = by_key.get(key)
-        if prompt is not None and prompt not in done:
-            added.append({"prompt": prompt, **{f: row[f] for f in FIELDS}})
+        item = by_key.get(key)
+        if item is not None and item.prompt not in done:
+            completion = unquote(item.prompt, row["completion"])
+            added.append(
+                {"prompt": item.prompt, "completion": completion, "source": item.source,
+                 "category": item.category, **{f: row[f] for f in FIELDS}}
+            )  # fmt: skip
     if added:
         old = out_path.read_bytes() if out_path.exists() else b""
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in added)
