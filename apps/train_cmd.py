@@ -48,6 +48,13 @@ def add_parser(subparsers) -> None:
         help="shared: the streams learn through the shared LoRA alone (no adapters of their own)",
     )
     p.add_argument(
+        "--next-token-guess",
+        action="store_true",
+        help="the streams also start from the early-exit head's guess for the next token (its "
+        "embedding through a learned projection): stream 1 then predicts the token after a "
+        "known one. Costs one head pass on the stream nodes per decoding pass",
+    )
+    p.add_argument(
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
     )
     p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared, next-token)")
@@ -155,6 +162,7 @@ def run(args) -> int:
             lora_rank=args.lora_rank,
             lora_scale=args.lora_scale,
             shared_stream_adapters=not args.no_stream_adapters,
+            next_token_guess=args.next_token_guess,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
     if args.mode in ("shared", "next-token"):

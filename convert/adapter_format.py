@@ -5,7 +5,8 @@ PyTorch folder (written by convert.torch_train, read by convert.torch_streams' l
 - `stream_config.json`: {"format_version", "stream_config", "base_model": {"name",
   "fingerprint"}, "shapes"}, the same fields as the MLX folder's adapter_config.json;
 - `streams.safetensors`: `stream_embeddings` (gamma, d), `adapters.{i}.down.weight` (r, d),
-  `adapters.{i}.up.weight` (d, r), `prune.down.weight`, `prune.up.weight` (torch Linear layout);
+  `adapters.{i}.up.weight` (d, r), `prune.down.weight`, `prune.up.weight` (torch Linear layout),
+  and with next_token_guess `guess` (d, d), applied as x @ guess in both runtimes;
 - shared mode only, a PEFT LoRA folder: `adapter_config.json` (peft LoraConfig) and
   `adapter_model.safetensors` (`base_model.model.model.layers.{L}.{module}.lora_A.weight` (r, in)
   and `lora_B.weight` (out, r)), loadable with `peft.PeftModel.from_pretrained`.
@@ -56,6 +57,7 @@ LORA_MODULES = {
 }
 _STREAM_T2M = [  # torch name pattern -> MLX name, transposed
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
+    (re.compile(r"^guess$"), lambda m: "guess", False),
     (re.compile(r"^adapters\.(\d+)\.down\.weight$"), lambda m: f"adapters.{m[1]}.a", True),
     (re.compile(r"^adapters\.(\d+)\.up\.weight$"), lambda m: f"adapters.{m[1]}.b", True),
     (re.compile(r"^prune\.down\.weight$"), lambda m: "prune.a", True),
@@ -63,6 +65,7 @@ _STREAM_T2M = [  # torch name pattern -> MLX name, transposed
 ]
 _STREAM_M2T = [
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
+    (re.compile(r"^guess$"), lambda m: "guess", False),
     (re.compile(r"^adapters\.(\d+)\.a$"), lambda m: f"adapters.{m[1]}.down.weight", True),
     (re.compile(r"^adapters\.(\d+)\.b$"), lambda m: f"adapters.{m[1]}.up.weight", True),
     (re.compile(r"^prune\.a$"), lambda m: "prune.down.weight", True),

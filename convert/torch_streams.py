@@ -61,6 +61,8 @@ class TorchStreams(nn.Module):
         count = layers if config.has_stream_adapters else 0
         self.adapters = nn.ModuleList(LowRank(dims, rank) for _ in range(count))
         self.prune = LowRank(dims, config.prune_rank)
+        if config.next_token_guess:  # x @ guess, as StreamParams.guess
+            self.guess = nn.Parameter(torch.zeros(dims, dims))
 
     @torch.no_grad()
     def randomize(self, seed: int) -> TorchStreams:
@@ -183,6 +185,10 @@ def msa_layers(
     nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes, dtype=int)
     rows = view.tensor(nodes).long()
     s = main[0, rows, None, :] + streams.stream_embeddings[None, :gamma]  # (S, g, d)
+    if cfg.next_token_guess:  # decoding.tree_step.stream_inputs
+        hp = main[0, rows]
+        guess = view.head(hp + streams.prune(hp)).detach().argmax(dim=-1)
+        s = s + (view.embed(guess) @ streams.guess)[:, None]
     x = torch.cat([main, s.reshape(1, len(nodes) * gamma, -1)], dim=1)
     positions = torch.cat([depths, depths[rows].repeat_interleave(gamma)]) + prefix
     mask = view.tensor(msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes))

@@ -13,7 +13,9 @@
 # Rows: n1000 / n3000 / n10000: the first N usable training answers, fixed step budget (data
 # curve; a row whose N exceeds what is distilled is skipped with a message); e1000: 1,000
 # answers for 2 epochs (500 steps: fixed epoch count); soft: n3000 with --targets soft; r32,
-# r64: n3000 with stream-adapter rank 32 / 64; msa4, msa12: n3000 with 4 / 12 MSA layers.
+# r64: n3000 with stream-adapter rank 32 / 64; msa4, msa12: n3000 with 4 / 12 MSA layers;
+# guess: n3000 with --next-token-guess (the streams start from the early-exit head's guess for
+# the next token).
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12"
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 guess"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -56,7 +58,7 @@ if [ "$DRY_RUN" != 1 ]; then
 fi
 
 for row in $ROWS; do
-    n=3000 steps=400 msa=8 rank=8 targets=text
+    n=3000 steps=400 msa=8 rank=8 targets=text extra=()
     case "$row" in
         n1000) n=1000 ;;
         n3000) ;;
@@ -67,6 +69,7 @@ for row in $ROWS; do
         r64) rank=64 ;;
         msa4) msa=4 ;;
         msa12) msa=12 ;;
+        guess) extra=(--next-token-guess) ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac
     if [ -f "$RUN_DIR/$row.json" ]; then
@@ -83,7 +86,8 @@ for row in $ROWS; do
     run ./dev.sh specstream train --mode lossless --data "$data" --val "$DEV" \
         --out "$RUN_DIR/$row" --gamma 4 --msa-layers "$msa" --tree-top-k 3 --rank "$rank" \
         --targets "$targets" --steps "$steps" --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 \
-        --max-length 512 --val-every "$steps" --checkpoint-every 25 --seed 0 --quiet
+        --max-length 512 --val-every "$steps" --checkpoint-every 25 --seed 0 --quiet \
+        ${extra[@]+"${extra[@]}"}
     run ./dev.sh python benchmarks/validate_streams.py --adapter "$RUN_DIR/$row" --data "$DEV" \
         --json "$RUN_DIR/$row.json"
 done

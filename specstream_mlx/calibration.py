@@ -402,11 +402,16 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
 
     def pass_ms(nodes: int, depth: int) -> float:
         # lossless: only the streams the next draft needs run; shared: all (the main stream
-        # attends to them)
+        # attends to them). Streams that know the next token add the early-exit head on the
+        # nodes (tree_step.early_exit_guess).
         streams = cfg.gamma if shared else depth
-        return curve.pass_ms(nodes, streams, cfg.n_msa_layers)
+        guess = curve.head(nodes) if cfg.next_token_guess else 0.0
+        return curve.pass_ms(nodes, streams, cfg.n_msa_layers) + guess
 
-    plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers) if shared else curve.plain_ms
+    plain = curve.plain_ms
+    if shared:  # the main stream attends to the streams, and they to the guess
+        plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
+        plain += curve.head(1) if cfg.next_token_guess else 0.0
     return choose_tree(acceptance, pass_ms, plain)
 
 

@@ -49,9 +49,10 @@ def streams_for(loaded, seed=0, **config):
     prompt=st.text(min_size=1, max_size=30).filter(str.strip),
     length=st.integers(1, 24),
     seed=st.integers(0, 1000),
+    guess=st.booleans(),
 )
 def test_lossless_equals_plain_greedy(
-    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed
+    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed, guess
 ):
     loaded = tiny_models[family]
     params = streams_for(
@@ -62,6 +63,7 @@ def test_lossless_equals_plain_greedy(
         n_msa_layers=n_msa,
         prune_threshold=threshold,
         max_tree_nodes=cap,
+        next_token_guess=guess,
     )
     plain = ss.generate(loaded, prompt, max_tokens=length)
     spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)

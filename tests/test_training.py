@@ -47,17 +47,19 @@ def data_file(tmp_path_factory):
     return path
 
 
-def params_for(loaded, seed=0):
+def params_for(loaded, seed=0, **config):
     mx.random.seed(seed)
-    cfg = StreamConfig(gamma=3, n_msa_layers=2, top_k=2)
+    cfg = StreamConfig(gamma=3, n_msa_layers=2, top_k=2, **config)
     return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
 
 
-def test_loss_equals_decoder_computation(tiny):
+@pytest.mark.parametrize("guess", [False, True])
+def test_loss_equals_decoder_computation(tiny, guess):
     """The training forward is the decoder's forward: NLL of each stream at each position,
-    recomputed one position at a time with tree_forward on a single-node tree."""
+    recomputed one position at a time with tree_forward on a single-node tree (with
+    next_token_guess, the early-exit guess enters the streams in both)."""
     arch = arch_of(tiny.model, "llama")
-    params = params_for(tiny, 1)
+    params = params_for(tiny, 1, next_token_guess=guess)
     ids = [5, 17, 99, 23, 42, 8, 77, 61, 3, 12]
     mask = [False, False, True, True, True, True, True, True, True, True]
     feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)

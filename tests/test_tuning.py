@@ -542,3 +542,18 @@ def test_the_plain_step_never_exceeds_the_bare_one_row_pass(tiny_models):
     curve = calibration.measure_curve(loaded, rounds=1, rows=(1, 2))
     one_row = curve.n_layers * curve.layer(1) + curve.head(1)
     assert 0 < curve.plain_step_ms <= one_row + 1e-3
+
+
+def test_streams_that_know_the_next_token_are_charged_their_head_pass(tiny_models):
+    """The early-exit guess costs a head pass on the drafted nodes: with a head as dear as the
+    whole model, acceptance that pays for a tree without the guess no longer pays with it."""
+    loaded = tiny_models["llama"]
+    curve = flat_curve(loaded, per_row=0.01)
+    curve.head_ms = [loaded.config["num_hidden_layers"] * c for c in curve.head_ms]
+    acceptance = Acceptance(2, 100, {(0,): 60, (0, 0): 30})
+    plans = {}
+    for guess in (False, True):
+        params = streams_for(loaded, 9, gamma=2, n_msa_layers=2, next_token_guess=guess)
+        params.acceptance = acceptance
+        plans[guess] = calibration.plan_tree(loaded, params, curve)
+    assert plans[False].paths and not plans[True].paths

@@ -100,7 +100,7 @@ def msa_layers(
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
     nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
     picked = mx.array(nodes)
-    streams = stream_inputs(params, main[0, picked], gamma)
+    streams = stream_inputs(arch, params, main[0, picked], gamma)
     x = mx.concatenate([main, streams], axis=1)
     depths = rows.depths
     positions = mx.concatenate([depths, mx.repeat(depths[picked], gamma)]) + rows.prefix
@@ -109,11 +109,20 @@ def msa_layers(
         return msa_block(arch, params, x, m, rows.mask, views)
 
 
-def stream_inputs(params: StreamParams, h: mx.array, gamma: int) -> mx.array:
+def stream_inputs(arch: Arch, params: StreamParams, h: mx.array, gamma: int) -> mx.array:
     """(S, d) hidden states of S nodes at the pruning point -> (1, S * gamma, d): the initial
-    state of their first gamma streams (the node's state plus each stream's embedding)."""
+    state of their first gamma streams (the node's state plus each stream's embedding, plus,
+    with `next_token_guess`, the projected embedding of the early-exit head's next token)."""
     streams = h[:, None, :] + params.stream_embeddings[None, :gamma]  # (S, g, d)
+    if params.config.next_token_guess:
+        streams = streams + (arch.embed(early_exit_guess(arch, params, h)) @ params.guess)[:, None]
     return streams.reshape(1, h.shape[0] * gamma, -1)
+
+
+def early_exit_guess(arch: Arch, params: StreamParams, h: mx.array) -> mx.array:
+    """(S,) the early-exit head's greedy next token for S hidden states at the pruning point."""
+    logits = arch.lm_head(arch.norm(h + params.prune(h)))
+    return mx.argmax(mx.stop_gradient(logits), axis=-1)
 
 
 def msa_block(arch: Arch, params: StreamParams, x: mx.array, m: int, mask, caches) -> mx.array:

@@ -29,6 +29,11 @@ class StreamConfig:
     # lossless mode), on top of the LoRA they share with the main stream. With LoRA alone the
     # streams learned little (docs/BENCHMARKS.md); adapters saved before this field had none.
     shared_stream_adapters: bool = True
+    # Streams that know the next token (issue 20, beyond the paper): the early-exit head's guess
+    # for the next token (its argmax at the pruning point) is embedded, projected by a learned
+    # (d, d) matrix and added to every stream's initial state, so stream 1 predicts the token
+    # after a known one instead of two tokens blind. Costs one head pass on the stream nodes.
+    next_token_guess: bool = False
     # A static sparse draft tree as rank paths ((0,), (1,), (0, 0), ...: node (i1..ij) holds the
     # i_j-th best token of stream j); None drafts every stream's top_k (then pruned). Chosen per
     # device from measured acceptance (calibration.tuned); never saved with an adapter.
@@ -63,6 +68,10 @@ class StreamConfig:
         if not isinstance(self.shared_stream_adapters, bool):
             problems.append(
                 f"shared_stream_adapters must be true or false, got {self.shared_stream_adapters!r}"
+            )
+        if not isinstance(self.next_token_guess, bool):
+            problems.append(
+                f"next_token_guess must be true or false, got {self.next_token_guess!r}"
             )
         if self.tree is not None:
             problems += _tree_problems(self.tree, self.gamma)

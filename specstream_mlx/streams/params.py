@@ -28,7 +28,9 @@ class StreamParams(nn.Module):
     """Stream identifier embeddings P_j (gamma, d), one stream adapter per MSA layer (applied to
     stream rows of the MLP path only; shared mode only with `shared_stream_adapters`), and the
     pruning projection o(h) = h + low_rank(h) (identity at init) whose output feeds the base
-    head (early exit). Shared mode's LoRA layers live in the model (streams/lora.py)."""
+    head (early exit), and with `next_token_guess` the projection (d, d) of the early-exit guess's
+    token embedding into the streams' initial state (zero at init). Shared mode's LoRA layers
+    live in the model (streams/lora.py)."""
 
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
@@ -40,6 +42,11 @@ class StreamParams(nn.Module):
                 LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
             ]
         self.prune = LowRank(dims, config.prune_rank)
+        if config.next_token_guess:
+            # trained at the plain learning rate: its input, a token embedding, sums over all d
+            # dimensions, so lr x hidden RMS (the stream embeddings' rate) would move its output
+            # tens of times faster than theirs
+            self.guess = mx.zeros((dims, dims))
 
     def randomize(self, seed: int) -> StreamParams:
         """Random values for every stream parameter: exactness must hold for any streams."""

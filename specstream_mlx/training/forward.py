@@ -175,7 +175,7 @@ def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positio
     if s == 0:
         return mx.zeros((0, gamma, feats.h_low.shape[-1]), feats.h_low.dtype)
     rows = mx.array(positions)
-    x = stream_inputs(params, feats.h_low[rows], gamma)  # (1, P * gamma, d)
+    x = stream_inputs(arch, params, feats.h_low[rows], gamma)  # (1, P * gamma, d)
     chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
     mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)[t:]  # stream rows
     main_kv = [FrozenMainCache(*kv) for kv in feats.main_kv]
