@@ -1,6 +1,8 @@
 """Score a lossless stream adapter on a dev set exactly as `specstream train` validates: per-stream
 top-1 accuracy, tau of a chain and of a top-k tree, and the rank statistics (acceptance), so that
-adapters trained in different runs (or shipped) compare on the same rows.
+adapters trained in different runs (or shipped) compare on the same rows. It also reports the
+early-exit head's top-1 (the pruning projection's next-token guess at the pruning point: what
+`--next-token-guess` feeds the streams, so a ceiling on what that option can give them).
 
     ./dev.sh python benchmarks/validate_streams.py --adapter chat --data DEV.jsonl
         [--max-length 512] [--targets text|self] [--json OUT.json]
@@ -19,7 +21,10 @@ from pathlib import Path
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.models.arch import arch_of  # noqa: E402
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
 from specstream_mlx.decoding.plan import best_paths  # noqa: E402
+from specstream_mlx.decoding.tree_step import early_exit_guess  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 from specstream_mlx.streams.acceptance import Acceptance  # noqa: E402
 from specstream_mlx.training.data import load_dataset  # noqa: E402
@@ -52,16 +57,32 @@ def main() -> None:
     record = asdict(validate_streams(arch, params, feats, hidden_of))
     rates = record.pop("acceptance")
     record["tau_static"] = static_taus(Acceptance.from_dict(rates), params.config.gamma)
+    record["early_exit_top1"] = early_exit_top1(arch, params, feats)
     print(
         f"{args.adapter} on {len(val)} rows of {args.data} ({record['positions']} positions): "
         f"stream top-1 {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
         f"tau top-{params.config.top_k} tree {record['tau_tree']}, tau of the best static tree "
-        f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}"
+        f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}, early-exit top-1 "
+        f"{record['early_exit_top1']}"
     )
     if args.json:
         out = {"adapter": args.adapter, "data": args.data, "targets": args.targets, **record}
         out.update(acceptance=rates, **provenance())
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+def early_exit_top1(arch, params, feats) -> float:
+    """How often the early-exit head's greedy guess is the next target token, over every
+    position that predicts a completion token."""
+    hits = total = 0
+    for f in feats:
+        rows = np.nonzero(f.loss_mask[1:])[0]  # row r predicts token r + 1
+        if not len(rows):
+            continue
+        guess = early_exit_guess(arch, params, f.h_low[mx.array(rows)])
+        hits += int((guess == f.targets[mx.array(rows) + 1]).sum().item())
+        total += len(rows)
+    return round(hits / max(total, 1), 4)
 
 
 def static_taus(acceptance: Acceptance, gamma: int) -> dict[int, float]:

@@ -14,8 +14,8 @@
 # curve; a row whose N exceeds what is distilled is skipped with a message); e1000: 1,000
 # answers for 2 epochs (500 steps: fixed epoch count); soft: n3000 with --targets soft; r32,
 # r64: n3000 with stream-adapter rank 32 / 64; msa4, msa12: n3000 with 4 / 12 MSA layers;
-# guess: n3000 with --next-token-guess (the streams start from the early-exit head's guess for
-# the next token).
+# guess: n1000 with --next-token-guess (the streams start from the early-exit head's guess for
+# the next token; compared with n1000).
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
@@ -69,7 +69,7 @@ for row in $ROWS; do
         r64) rank=64 ;;
         msa4) msa=4 ;;
         msa12) msa=12 ;;
-        guess) extra=(--next-token-guess) ;;
+        guess) n=1000 extra=(--next-token-guess) ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac
     if [ -f "$RUN_DIR/$row.json" ]; then
