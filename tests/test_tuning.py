@@ -183,13 +183,16 @@ def valid_tree(raw, gamma, depth):
     prompt=st.text(min_size=1, max_size=30).filter(str.strip),
     length=st.integers(1, 24),
     seed=st.integers(0, 1000),
+    guess=st.booleans(),
 )
 def test_static_trees_and_compiled_passes_equal_plain_greedy(
-    tiny_models, family, gamma, n_msa, raw, depth, compiled, lookup, prompt, length, seed
+    tiny_models, family, gamma, n_msa, raw, depth, compiled, lookup, prompt, length, seed, guess
 ):
     loaded = tiny_models[family]
     paths = valid_tree(raw, gamma, depth)
-    params = streams_for(loaded, seed, gamma=gamma, n_msa_layers=n_msa, top_k=3)
+    params = streams_for(
+        loaded, seed, gamma=gamma, n_msa_layers=n_msa, top_k=3, next_token_guess=guess
+    )
     params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
     params.config.validate(loaded.config["num_hidden_layers"])
     plain = ss.generate(loaded, prompt, max_tokens=length, compile=False)
