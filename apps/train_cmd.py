@@ -55,6 +55,12 @@ def add_parser(subparsers) -> None:
         "known one. Costs one head pass on the stream nodes per decoding pass",
     )
     p.add_argument(
+        "--attention-adapters",
+        action="store_true",
+        help="the streams' adapters act on the attention path too: a second low-rank adapter "
+        "per MSA layer on the stream rows' attention input (what they attend to, and carry)",
+    )
+    p.add_argument(
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
     )
     p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared, next-token)")
@@ -163,6 +169,7 @@ def run(args) -> int:
             lora_scale=args.lora_scale,
             shared_stream_adapters=not args.no_stream_adapters,
             next_token_guess=args.next_token_guess,
+            attention_adapters=args.attention_adapters,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
     if args.mode in ("shared", "next-token"):

@@ -6,16 +6,17 @@ PyTorch folder (written by convert.torch_train, read by convert.torch_streams' l
   "fingerprint"}, "shapes"}, the same fields as the MLX folder's adapter_config.json;
 - `streams.safetensors`: `stream_embeddings` (gamma, d), `adapters.{i}.down.weight` (r, d),
   `adapters.{i}.up.weight` (d, r), `prune.down.weight`, `prune.up.weight` (torch Linear layout),
-  and with next_token_guess `guess` (d, d), applied as x @ guess in both runtimes;
+  with attention_adapters `attention_adapters.{i}.down.weight` / `.up.weight` as well, and with
+  next_token_guess `guess` (d, d), applied as x @ guess in both runtimes;
 - shared mode only, a PEFT LoRA folder: `adapter_config.json` (peft LoraConfig) and
   `adapter_model.safetensors` (`base_model.model.model.layers.{L}.{module}.lora_A.weight` (r, in)
   and `lora_B.weight` (out, r)), loadable with `peft.PeftModel.from_pretrained`.
 
 MLX folder (specstream_mlx.streams.adapter_io): `adapter_config.json` + `adapters.safetensors`
 with `adapters.{i}.a` (d, r) = down.weight^T, `adapters.{i}.b` (r, d) = up.weight^T, the same for
-`prune`, and `lora.model.layers.{L}.{module}.lora_a` (in, r) = lora_A^T, `lora_b` (r, out) =
-lora_B^T. LoRA scale: MLX multiplies by `lora_scale`, PEFT by lora_alpha / r (alpha / sqrt(r)
-with use_rslora), so alpha = scale * r.
+`attention_adapters` and `prune`, and `lora.model.layers.{L}.{module}.lora_a` (in, r) =
+lora_A^T, `lora_b` (r, out) = lora_B^T. LoRA scale: MLX multiplies by `lora_scale`, PEFT by
+lora_alpha / r (alpha / sqrt(r) with use_rslora), so alpha = scale * r.
 
 Every tensor keeps its dtype (float16 stays float16); bfloat16, which numpy cannot hold, is
 widened to float32 exactly. float32 and float16 folders round-trip bit for bit.
@@ -55,19 +56,20 @@ LORA_MODULES = {
     "up_proj": "mlp.up_proj",
     "down_proj": "mlp.down_proj",
 }
+_ADAPTERS = "(adapters|attention_adapters)"  # the MLP path's, and the attention path's
 _STREAM_T2M = [  # torch name pattern -> MLX name, transposed
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
     (re.compile(r"^guess$"), lambda m: "guess", False),
-    (re.compile(r"^adapters\.(\d+)\.down\.weight$"), lambda m: f"adapters.{m[1]}.a", True),
-    (re.compile(r"^adapters\.(\d+)\.up\.weight$"), lambda m: f"adapters.{m[1]}.b", True),
+    (re.compile(rf"^{_ADAPTERS}\.(\d+)\.down\.weight$"), lambda m: f"{m[1]}.{m[2]}.a", True),
+    (re.compile(rf"^{_ADAPTERS}\.(\d+)\.up\.weight$"), lambda m: f"{m[1]}.{m[2]}.b", True),
     (re.compile(r"^prune\.down\.weight$"), lambda m: "prune.a", True),
     (re.compile(r"^prune\.up\.weight$"), lambda m: "prune.b", True),
 ]
 _STREAM_M2T = [
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
     (re.compile(r"^guess$"), lambda m: "guess", False),
-    (re.compile(r"^adapters\.(\d+)\.a$"), lambda m: f"adapters.{m[1]}.down.weight", True),
-    (re.compile(r"^adapters\.(\d+)\.b$"), lambda m: f"adapters.{m[1]}.up.weight", True),
+    (re.compile(rf"^{_ADAPTERS}\.(\d+)\.a$"), lambda m: f"{m[1]}.{m[2]}.down.weight", True),
+    (re.compile(rf"^{_ADAPTERS}\.(\d+)\.b$"), lambda m: f"{m[1]}.{m[2]}.up.weight", True),
     (re.compile(r"^prune\.a$"), lambda m: "prune.down.weight", True),
     (re.compile(r"^prune\.b$"), lambda m: "prune.up.weight", True),
 ]

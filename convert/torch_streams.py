@@ -60,6 +60,8 @@ class TorchStreams(nn.Module):
         rank, layers = config.stream_adapter_rank, config.n_msa_layers
         count = layers if config.has_stream_adapters else 0
         self.adapters = nn.ModuleList(LowRank(dims, rank) for _ in range(count))
+        if config.attention_adapters:  # on the stream rows' attention input, as StreamParams'
+            self.attention_adapters = nn.ModuleList(LowRank(dims, rank) for _ in range(layers))
         self.prune = LowRank(dims, config.prune_rank)
         if config.next_token_guess:  # x @ guess, as StreamParams.guess
             self.guess = nn.Parameter(torch.zeros(dims, dims))
@@ -195,13 +197,21 @@ def msa_layers(
     cos, sin = view.rope(x, positions)
     for i, layer in enumerate(view.layers[n_low:]):
         cache = None if caches is None else caches[n_low + i]
-        x = x + attention(layer.self_attn, layer.input_layernorm(x), cos, sin, mask, cache, m)
+        n = layer.input_layernorm(x)
+        if cfg.attention_adapters:
+            n = on_stream_rows(n, n, m, streams.attention_adapters[i])
+        x = x + attention(layer.self_attn, n, cos, sin, mask, cache, m)
         n = layer.post_attention_layernorm(x)
         out = x + layer.mlp(n)
-        if cfg.has_stream_adapters:  # they act on stream rows only
-            out = torch.cat([out[:, :m], out[:, m:] + streams.adapters[i](n[:, m:])], dim=1)
-        x = out
+        x = on_stream_rows(out, n, m, streams.adapters[i]) if cfg.has_stream_adapters else out
     return x
+
+
+def on_stream_rows(y: torch.Tensor, n: torch.Tensor, m: int, adapter) -> torch.Tensor:
+    """y (1, m + R, d) with adapter(n) added to its R stream rows (decoding.tree_step's)."""
+    if not m:
+        return y + adapter(n)
+    return torch.cat([y[:, :m], y[:, m:] + adapter(n[:, m:])], dim=1)
 
 
 def tree_forward(

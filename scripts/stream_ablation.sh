@@ -15,8 +15,9 @@
 # answers for 2 epochs (500 steps: fixed epoch count). The ablations change one thing of n1000,
 # the row they compare with (n1000's streams fit their own training answers hardly better than
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
-# r64: stream-adapter rank 32 / 64; msa4, msa12: 4 / 12 MSA layers; guess: --next-token-guess
-# (the streams start from the early-exit head's guess for the next token).
+# r64: stream-adapter rank 32 / 64; msa4, msa12: 4 / 12 MSA layers; attn: --attention-adapters
+# (stream adapters on the attention path as well); guess: --next-token-guess (the streams start
+# from the early-exit head's guess for the next token).
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 guess"
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 attn guess"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -70,6 +71,7 @@ for row in $ROWS; do
         r64) rank=64 ;;
         msa4) msa=4 ;;
         msa12) msa=12 ;;
+        attn) extra=(--attention-adapters) ;;
         guess) extra=(--next-token-guess) ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac

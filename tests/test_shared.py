@@ -65,6 +65,7 @@ def shared_streams(loaded, seed=0, **config):
     seed=st.integers(0, 1000),
     prompt_streams=st.booleans(),
     stream_adapters=st.booleans(),
+    attn=st.booleans(),
     compiled=st.booleans(),
 )
 def test_shared_speculative_equals_its_plain_decoding(
@@ -79,6 +80,7 @@ def test_shared_speculative_equals_its_plain_decoding(
     seed,
     prompt_streams,
     stream_adapters,
+    attn,
     compiled,
 ):
     loaded, _ = shared_models[family]
@@ -91,6 +93,7 @@ def test_shared_speculative_equals_its_plain_decoding(
         max_tree_nodes=cap,
         prompt_streams=prompt_streams,
         shared_stream_adapters=stream_adapters,
+        attention_adapters=attn and stream_adapters,
     )
     loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
     try:

@@ -50,9 +50,10 @@ def streams_for(loaded, seed=0, **config):
     length=st.integers(1, 24),
     seed=st.integers(0, 1000),
     guess=st.booleans(),
+    attn=st.booleans(),
 )
 def test_lossless_equals_plain_greedy(
-    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed, guess
+    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed, guess, attn
 ):
     loaded = tiny_models[family]
     params = streams_for(
@@ -64,6 +65,7 @@ def test_lossless_equals_plain_greedy(
         prune_threshold=threshold,
         max_tree_nodes=cap,
         next_token_guess=guess,
+        attention_adapters=attn,
     )
     plain = ss.generate(loaded, prompt, max_tokens=length)
     spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
@@ -280,6 +282,11 @@ def test_adapter_with_wrong_shapes_lists_every_problem(tiny_models, tmp_path):
         (dict(n_msa_layers=4), "n_msa_layers must be in [1, 3]"),
         (dict(mode="fast"), "mode must be one of"),
         (dict(gamma=99, top_k=-1), "gamma must be in [1, 16], got 99; top_k"),
+        (
+            dict(mode="shared", shared_stream_adapters=False, attention_adapters=True),
+            "attention_adapters needs the streams' own adapters",
+        ),
+        (dict(attention_adapters="yes"), "attention_adapters must be true or false"),
     ],
 )
 def test_bad_stream_config(tiny_models, config, fragment):

@@ -71,12 +71,13 @@ def mlx_adapter(loaded, folder, mode, seed=0, **config):
 
 
 @pytest.mark.parametrize("family", TORCH_FAMILIES)
-@pytest.mark.parametrize("mode", ["lossless", "shared", "lossless+guess"])
+@pytest.mark.parametrize("mode", ["lossless", "shared", "lossless+guess", "shared+attn"])
 def test_tiny_logits_tokens_and_tau_agree_with_mlx(pairs, family, mode, tmp_path):
     loaded, base = pairs[family]
     config = dict(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=6, prune_threshold=0.01)
-    mode, _, guess = mode.partition("+")
-    config["next_token_guess"] = bool(guess)
+    mode, *extra = mode.split("+")
+    config["next_token_guess"] = "guess" in extra
+    config["attention_adapters"] = "attn" in extra
     folder, params = mlx_adapter(loaded, tmp_path / "a", mode, seed=3, **config)
     params = load_adapter(folder, loaded)
     streams = load_torch_adapter(folder, base)  # an MLX folder, converted in memory

@@ -53,13 +53,16 @@ def params_for(loaded, seed=0, **config):
     return StreamParams(cfg, loaded.config["hidden_size"]).randomize(seed)
 
 
-@pytest.mark.parametrize("guess", [False, True])
-def test_loss_equals_decoder_computation(tiny, guess):
+@pytest.mark.parametrize("extra", ["", "guess", "attn"])
+def test_loss_equals_decoder_computation(tiny, extra):
     """The training forward is the decoder's forward: NLL of each stream at each position,
     recomputed one position at a time with tree_forward on a single-node tree (with
-    next_token_guess, the early-exit guess enters the streams in both)."""
+    next_token_guess, the early-exit guess enters the streams in both; with attention_adapters,
+    the attention path's adapters act in both)."""
     arch = arch_of(tiny.model, "llama")
-    params = params_for(tiny, 1, next_token_guess=guess)
+    params = params_for(
+        tiny, 1, next_token_guess=extra == "guess", attention_adapters=extra == "attn"
+    )
     ids = [5, 17, 99, 23, 42, 8, 77, 61, 3, 12]
     mask = [False, False, True, True, True, True, True, True, True, True]
     feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
@@ -169,8 +172,9 @@ def test_segment_loss_is_the_full_loss_on_those_positions(tiny):
 def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_path):
     before = {k: np.array(v) for k, v in tree_flatten(tiny.model.parameters())}
     data = load_dataset(data_file, tiny.tokenizer, 128)
-    params = params_for(tiny)
+    params = params_for(tiny, attention_adapters=True)
     start = {k: np.array(v) for k, v in tree_flatten(params.parameters())}
+    assert any(k.startswith("attention_adapters.") for k in start)
     progress = train(
         tiny,
         params,
@@ -313,6 +317,7 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(
         "2",
         "--targets",
         targets,
+        *(["--attention-adapters"] if targets == "soft" else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -326,6 +331,7 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(
     assert not (tmp_path / "adapter.checkpoint").exists()
     loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
     assert loaded.streams.config.gamma == 2
+    assert loaded.streams.config.attention_adapters == (targets == "soft")
     plain = ss.generate(loaded, "count from 3", max_tokens=16)
     spec = ss.generate(loaded, "count from 3", max_tokens=16, decoder="ss")
     assert spec.token_ids == plain.token_ids

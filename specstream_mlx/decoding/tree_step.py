@@ -129,20 +129,27 @@ def msa_block(arch: Arch, params: StreamParams, x: mx.array, m: int, mask, cache
     """The MSA layers (the one home of the block that decoding, compiled passes and training
     run): x (1, m + R, d), m main rows then R stream rows, at the positions the caller set
     (arch.positions); `caches` one per MSA layer (None: no cache), `mask` over the cached
-    columns then x's rows. The stream adapters act on the stream rows only."""
-    n_low = len(arch.layers) - params.config.n_msa_layers
-    adapters = params.config.has_stream_adapters
+    columns then x's rows. The stream adapters act on the stream rows only: on the MLP path,
+    and with `attention_adapters` on the attention's input as well."""
+    cfg = params.config
+    n_low = len(arch.layers) - cfg.n_msa_layers
     for i, layer in enumerate(arch.layers[n_low:]):
         cache = None if caches is None else caches[i]
-        x = x + layer.self_attn(layer.input_layernorm(x), mask, cache)
+        n = layer.input_layernorm(x)
+        if cfg.attention_adapters:
+            n = on_stream_rows(n, n, m, params.attention_adapters[i])
+        x = x + layer.self_attn(n, mask, cache)
         n = layer.post_attention_layernorm(x)
         out = x + layer.mlp(n)
-        if adapters and m:
-            out = mx.concatenate([out[:, :m], out[:, m:] + params.adapters[i](n[:, m:])], 1)
-        elif adapters:
-            out = out + params.adapters[i](n)
-        x = out
+        x = on_stream_rows(out, n, m, params.adapters[i]) if cfg.has_stream_adapters else out
     return x
+
+
+def on_stream_rows(y: mx.array, n: mx.array, m: int, adapter) -> mx.array:
+    """y (1, m + R, d) with adapter(n) added to its R stream rows (the m main rows unchanged)."""
+    if not m:
+        return y + adapter(n)
+    return mx.concatenate([y[:, :m], y[:, m:] + adapter(n[:, m:])], axis=1)
 
 
 def tree_forward(

@@ -34,6 +34,11 @@ class StreamConfig:
     # (d, d) matrix and added to every stream's initial state, so stream 1 predicts the token
     # after a known one instead of two tokens blind. Costs one head pass on the stream nodes.
     next_token_guess: bool = False
+    # Stream adapters on the attention path as well (issue 20's capacity ablation): a second
+    # low-rank adapter per MSA layer updates the stream rows' normed attention input, so their
+    # queries, keys and values change (one LoRA on q, k and v, tied through its low-rank map),
+    # not only what the MLP path adds to them. Needs the streams' own (MLP-path) adapters.
+    attention_adapters: bool = False
     # A static sparse draft tree as rank paths ((0,), (1,), (0, 0), ...: node (i1..ij) holds the
     # i_j-th best token of stream j); None drafts every stream's top_k (then pruned). Chosen per
     # device from measured acceptance (calibration.tuned); never saved with an adapter.
@@ -73,6 +78,12 @@ class StreamConfig:
             problems.append(
                 f"next_token_guess must be true or false, got {self.next_token_guess!r}"
             )
+        if not isinstance(self.attention_adapters, bool):
+            problems.append(
+                f"attention_adapters must be true or false, got {self.attention_adapters!r}"
+            )
+        elif self.attention_adapters and not self.has_stream_adapters:
+            problems.append("attention_adapters needs the streams' own adapters")
         if self.tree is not None:
             problems += _tree_problems(self.tree, self.gamma)
             if any(r >= self.top_k for path in self.tree for r in path):

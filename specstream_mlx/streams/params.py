@@ -29,8 +29,9 @@ class StreamParams(nn.Module):
     stream rows of the MLP path only; shared mode only with `shared_stream_adapters`), and the
     pruning projection o(h) = h + low_rank(h) (identity at init) whose output feeds the base
     head (early exit), and with `next_token_guess` the projection (d, d) of the early-exit guess's
-    token embedding into the streams' initial state (zero at init). Shared mode's LoRA layers
-    live in the model (streams/lora.py)."""
+    token embedding into the streams' initial state (zero at init), and with `attention_adapters`
+    one more low-rank adapter per MSA layer on the stream rows' attention input. Shared mode's
+    LoRA layers live in the model (streams/lora.py)."""
 
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
@@ -39,6 +40,10 @@ class StreamParams(nn.Module):
         self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
         if config.has_stream_adapters:
             self.adapters = [
+                LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
+            ]
+        if config.attention_adapters:  # plain learning rate: they add to a normed input
+            self.attention_adapters = [
                 LowRank(dims, config.stream_adapter_rank) for _ in range(config.n_msa_layers)
             ]
         self.prune = LowRank(dims, config.prune_rank)
