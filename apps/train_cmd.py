@@ -132,7 +132,7 @@ def run(args) -> int:
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
     from specstream_mlx.training.data import load_dataset
-    from specstream_mlx.training.trainer import Checkpoint, TrainConfig, train
+    from specstream_mlx.training.trainer import Checkpoint, TrainConfig, loss_curve, train
 
     out = Path(args.out)
     if args.targets != "text" and args.mode != "lossless":
@@ -218,6 +218,7 @@ def run(args) -> int:
             "seconds": round(progress["seconds"], 1),
             "validation": last,
             "loss_history": progress["history"][-10:],
+            "loss_curve": loss_curve(progress["history"]),
         }
     }
     if heads is not None:

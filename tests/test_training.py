@@ -329,6 +329,9 @@ def test_train_cli_writes_an_adapter_that_decodes_exactly(
         and "tau_chain" in config["training"]["validation"]
     )
     assert not (tmp_path / "adapter.checkpoint").exists()
+    curve = config["training"]["loss_curve"]  # every step once, in order, as window means
+    assert [s for w in curve for s in range(w["steps"][0], w["steps"][1] + 1)] == [1, 2, 3, 4]
+    assert all(np.isfinite(w["loss"]) for w in curve)
     loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
     assert loaded.streams.config.gamma == 2
     assert loaded.streams.config.attention_adapters == (targets == "soft")
@@ -409,3 +412,18 @@ def test_lora_layers_only_where_lora_trains(tiny, data_file, tmp_path):
     with pytest.raises(ss.SpecstreamError, match="lora_layers is for the LoRA"):
         train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "a",
               TrainConfig(steps=1, lora_layers=2), log=lambda s: None)  # fmt: skip
+
+
+def test_loss_curve_keeps_every_step_as_window_means():
+    from specstream_mlx.training.trainer import loss_curve
+
+    history = [{"step": s, "loss": float(s * s)} for s in range(1, 11)]
+    curve = loss_curve(history, points=4)  # windows of 3 steps, the last one shorter
+    assert [w["steps"] for w in curve] == [[1, 3], [4, 6], [7, 9], [10, 10]]
+    assert [w["loss"] for w in curve] == [
+        round(14 / 3, 4),
+        round(77 / 3, 4),
+        round(194 / 3, 4),
+        100.0,
+    ]
+    assert loss_curve([]) == []
