@@ -36,6 +36,10 @@ run() {
 }
 
 mkdir -p "$RUN_DIR" "$DISTILL"
+if [ "$DRY_RUN" != 1 ]; then  # one script at a time: two would train the same row into one folder
+    exec 9>"$RUN_DIR/.lock"
+    flock -n 9 || { echo "stream_ablation.sh: another one is running in $RUN_DIR" >&2; exit 2; }
+fi
 for split in train dev; do
     run ./dev.sh python scripts/corpus.py unpack --split "$split" \
         --rows "$DISTILL/instructions_$split.jsonl" --data-dir "$DATA_DIR"
