@@ -3,9 +3,11 @@ top-1 accuracy, tau of a chain and of a top-k tree, and the rank statistics (acc
 adapters trained in different runs (or shipped) compare on the same rows. It also reports the
 early-exit head's top-1 (the pruning projection's next-token guess at the pruning point: what
 `--next-token-guess` feeds the streams, so a ceiling on what that option can give them).
+`--oracle-guess` (adapters trained with `--next-token-guess`) gives their streams the true next
+token instead of the early exit's guess: what a perfect guess would give those streams.
 
     ./dev.sh python benchmarks/validate_streams.py --adapter chat --data DEV.jsonl
-        [--max-length 512] [--targets text|self] [--json OUT.json]
+        [--max-length 512] [--targets text|self] [--oracle-guess] [--json OUT.json]
 
 DEV.jsonl: prompt/completion rows (the format `specstream train` reads; rows flagged degenerate
 are skipped). `--targets self` scores against the base model's own greedy tokens.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
+from specstream_mlx.decoding import tree_step  # noqa: E402
 from specstream_mlx.decoding.plan import best_paths  # noqa: E402
 from specstream_mlx.decoding.tree_step import early_exit_guess  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
@@ -40,19 +44,27 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--max-length", type=int, default=512)
     parser.add_argument("--targets", choices=["text", "self"], default="text")
+    parser.add_argument(
+        "--oracle-guess", action="store_true", help="the true next token as the streams' guess"
+    )
     parser.add_argument("--json", help="write the validation record here")
     args = parser.parse_args()
     loaded = ss.load(args.model, adapter=args.adapter)
     params = loaded.streams
     if params is None or params.config.mode != "lossless":
         raise SystemExit(f"{args.adapter}: not a lossless stream adapter")
+    if args.oracle_guess and not params.config.next_token_guess:
+        raise SystemExit(f"{args.adapter}: --oracle-guess needs an adapter with next_token_guess")
     arch = arch_of(loaded.model, loaded.config["model_type"])
     val = load_dataset(args.data, loaded.tokenizer, args.max_length).examples
     n_msa = params.config.n_msa_layers
     feats = [base_features(arch, n_msa, ex.ids, ex.loss_mask, args.targets) for ex in val]
 
     def hidden_of(i, rows):
-        return stream_hidden(arch, params, feats[i], rows)
+        if not args.oracle_guess:
+            return stream_hidden(arch, params, feats[i], rows)
+        with true_next_token(feats[i].targets, rows):
+            return stream_hidden(arch, params, feats[i], rows)
 
     record = asdict(validate_streams(arch, params, feats, hidden_of))
     rates = record.pop("acceptance")
@@ -67,8 +79,22 @@ def main() -> None:
     )
     if args.json:
         out = {"adapter": args.adapter, "data": args.data, "targets": args.targets, **record}
+        out["oracle_guess"] = args.oracle_guess
         out.update(acceptance=rates, **provenance())
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+@contextmanager
+def true_next_token(targets: mx.array, rows: np.ndarray):
+    """While stream_hidden runs `rows`, the streams' next-token guess is the true next token
+    (the guess is made inside decoding.tree_step, so it is replaced there, for this call only)."""
+    real = tree_step.early_exit_guess
+    nxt = targets[mx.array(np.minimum(np.asarray(rows) + 1, targets.shape[0] - 1))]
+    tree_step.early_exit_guess = lambda arch, params, h: nxt
+    try:
+        yield
+    finally:
+        tree_step.early_exit_guess = real
 
 
 def early_exit_top1(arch, params, feats) -> float:
