@@ -8,6 +8,11 @@ token instead of the early exit's guess: what a perfect guess would give those s
 
     ./dev.sh python benchmarks/validate_streams.py --adapter chat --data DEV.jsonl
         [--max-length 512] [--targets text|self] [--oracle-guess] [--json OUT.json]
+    ./dev.sh python benchmarks/validate_streams.py --medusa runs/medusa_X --data DEV.jsonl
+
+`--medusa` scores Medusa-1 heads (`specstream train --mode medusa`) the same way: head j against
+the token j after the next, from the base's last hidden state (full depth, 28M parameters a
+head), the comparator for what the streams could reach.
 
 DEV.jsonl: prompt/completion rows (the format `specstream train` reads; rows flagged degenerate
 are skipped). `--targets self` scores against the base model's own greedy tokens.
@@ -33,13 +38,17 @@ from specstream_mlx.provenance import provenance  # noqa: E402
 from specstream_mlx.streams.acceptance import Acceptance  # noqa: E402
 from specstream_mlx.training.data import load_dataset  # noqa: E402
 from specstream_mlx.training.forward import base_features, stream_hidden  # noqa: E402
-from specstream_mlx.training.trainer import validate_streams  # noqa: E402
+from specstream_mlx.training.medusa_loss import final_hidden  # noqa: E402
+from specstream_mlx.training.trainer import validate, validate_streams  # noqa: E402
+from specstream_mlx.baselines.medusa import load_medusa  # noqa: E402
 # isort: on
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--adapter", required=True, help="a lossless adapter folder or name")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--adapter", help="a lossless adapter folder or name")
+    which.add_argument("--medusa", help="a Medusa heads folder (specstream train --mode medusa)")
     parser.add_argument("--data", required=True)
     parser.add_argument("--model", default=None)
     parser.add_argument("--max-length", type=int, default=512)
@@ -50,13 +59,34 @@ def main() -> None:
     parser.add_argument("--json", help="write the validation record here")
     args = parser.parse_args()
     loaded = ss.load(args.model, adapter=args.adapter)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    val = load_dataset(args.data, loaded.tokenizer, args.max_length).examples
+    score = score_medusa if args.medusa else score_streams
+    record, gamma = score(args, loaded, arch, val)
+    rates = record.pop("acceptance")
+    record["tau_static"] = static_taus(Acceptance.from_dict(rates), gamma)
+    name = args.medusa or args.adapter
+    print(
+        f"{name} on {len(val)} rows of {args.data} ({record['positions']} positions): "
+        f"top-1 per stream (head) {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
+        f"tau top-k tree {record['tau_tree']}, tau of the best static tree "
+        f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}, early-exit top-1 "
+        f"{record.get('early_exit_top1')}"
+    )
+    if args.json:
+        out = {"adapter": name, "data": args.data, "targets": args.targets, **record}
+        out["oracle_guess"] = args.oracle_guess
+        out.update(acceptance=rates, **provenance())
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+def score_streams(args, loaded, arch, val) -> tuple[dict, int]:
+    """The lossless streams' validation record (with the early-exit head's top-1), and gamma."""
     params = loaded.streams
     if params is None or params.config.mode != "lossless":
         raise SystemExit(f"{args.adapter}: not a lossless stream adapter")
     if args.oracle_guess and not params.config.next_token_guess:
         raise SystemExit(f"{args.adapter}: --oracle-guess needs an adapter with next_token_guess")
-    arch = arch_of(loaded.model, loaded.config["model_type"])
-    val = load_dataset(args.data, loaded.tokenizer, args.max_length).examples
     n_msa = params.config.n_msa_layers
     feats = [base_features(arch, n_msa, ex.ids, ex.loss_mask, args.targets) for ex in val]
 
@@ -67,21 +97,23 @@ def main() -> None:
             return stream_hidden(arch, params, feats[i], rows)
 
     record = asdict(validate_streams(arch, params, feats, hidden_of))
-    rates = record.pop("acceptance")
-    record["tau_static"] = static_taus(Acceptance.from_dict(rates), params.config.gamma)
     record["early_exit_top1"] = early_exit_top1(arch, params, feats)
-    print(
-        f"{args.adapter} on {len(val)} rows of {args.data} ({record['positions']} positions): "
-        f"stream top-1 {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
-        f"tau top-{params.config.top_k} tree {record['tau_tree']}, tau of the best static tree "
-        f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}, early-exit top-1 "
-        f"{record['early_exit_top1']}"
-    )
-    if args.json:
-        out = {"adapter": args.adapter, "data": args.data, "targets": args.targets, **record}
-        out["oracle_guess"] = args.oracle_guess
-        out.update(acceptance=rates, **provenance())
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    return record, params.config.gamma
+
+
+def score_medusa(args, loaded, arch, val) -> tuple[dict, int]:
+    """Medusa heads scored like the streams (head j predicts the token j after the next, from
+    the base's last hidden state): a full-depth comparator at the same rows."""
+    if args.targets != "text" or args.oracle_guess:
+        raise SystemExit("--medusa scores against the text only")
+    heads = load_medusa(args.medusa, loaded, arch)
+    hidden = [final_hidden(arch, mx.array(ex.ids)) for ex in val]
+
+    def logits_of(i, rows):
+        return heads(hidden[i][mx.array(rows)]).transpose(1, 0, 2)
+
+    cfg = heads.config
+    return asdict(validate(val, logits_of, cfg.n_heads, cfg.top_k)), cfg.n_heads
 
 
 @contextmanager

@@ -17,7 +17,9 @@
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
 # r64: stream-adapter rank 32 / 64; msa4, msa12: 4 / 12 MSA layers; attn: --attention-adapters
 # (stream adapters on the attention path as well); guess: --next-token-guess (the streams start
-# from the early-exit head's guess for the next token).
+# from the early-exit head's guess for the next token). medusa: not streams but Medusa-1's 4 heads
+# (each a residual block and its own LM head, 28M parameters, on the base's last hidden state),
+# trained on n1000's answers and budget at Medusa's lr 1e-3: what full depth reaches.
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 attn guess"
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 attn guess medusa"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -77,6 +79,7 @@ for row in $ROWS; do
         msa12) msa=12 ;;
         attn) extra=(--attention-adapters) ;;
         guess) extra=(--next-token-guess) ;;
+        medusa) ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac
     if [ -f "$RUN_DIR/$row.json" ]; then
@@ -86,6 +89,15 @@ for row in $ROWS; do
     data=$RUN_DIR/train_$n.jsonl
     if [ "$DRY_RUN" != 1 ] && ! usable "$n" "$DISTILL/instructions_train.jsonl" "$data"; then
         echo "$row: skipped (distil more: scripts/distill_instructions.sh)"
+        continue
+    fi
+    if [ "$row" = medusa ]; then  # the full-depth comparator: Medusa-1's 4 heads, its lr
+        run ./dev.sh specstream train --mode medusa --data "$data" --val "$DEV" \
+            --out "$RUN_DIR/$row" --gamma 4 --tree-top-k 3 --steps "$steps" --batch-size 4 \
+            --lr 1e-3 --segment 32 --warmup 20 --max-length 512 --val-every "$steps" \
+            --checkpoint-every 25 --seed 0 --quiet
+        run ./dev.sh python benchmarks/validate_streams.py --medusa "$RUN_DIR/$row" \
+            --data "$DEV" --json "$RUN_DIR/$row.json"
         continue
     fi
     # training validates on the same dev rows at its last step (recorded in adapter_config.json);
