@@ -2,9 +2,10 @@
 base model's own head names at every depth, and how each row's training loss fell.
 
 Reads the rows' validation records (benchmarks/validate_streams.py JSON, one per row, named
-ROW.json), the logit lens (benchmarks/logit_lens.py JSON) and, where `--runs` holds the rows'
-adapter folders, their loss curves (`training.loss_curve` in ROW/adapter_config.json, or the
-full history in ROW_progress.json, a copy of a checkpoint's progress.json). Writes three PNGs:
+ROW.json; a name with "_" is a variant of a row scored another way, not plotted), the logit
+lens (benchmarks/logit_lens.py JSON) and, where `--runs` holds the rows' adapter folders, their
+loss curves (`training.loss_curve` in ROW/adapter_config.json, or the full history in
+ROW_progress.json, a copy of a checkpoint's progress.json). Writes three PNGs:
 
 - stream_rows.png: stream j's top-1 (j = 1..4) per row; the tau of the best static tree of
   4 / 8 / 16 nodes per row; stream-1 top-1 against the number of distilled answers (rows nN);
@@ -116,7 +117,7 @@ def plot_lens(lens: dict, rows: dict[str, dict], out: Path) -> None:
         label=f"early exit of {lens['adapter']}",
     )
     for name, r in rows.items():
-        if r.get("early_exit_top1") is not None and "_on_" not in name:
+        if r.get("early_exit_top1") is not None and "_" not in name:
             point = n_layers - msa_layers(name)
             ax.plot([point], [r["early_exit_top1"]], "^", label=f"early exit, {name}")
     ax.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
@@ -157,7 +158,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = {k: v for k, v in read_rows(Path(args.rows)).items() if "tau_static" in v}
-    plot_rows({k: v for k, v in rows.items() if "_on_" not in k}, out)
+    plot_rows({k: v for k, v in rows.items() if "_" not in k}, out)
     plot_lens(json.loads(Path(args.lens).read_text()), rows, out)
     runs = Path(args.runs) if args.runs else None
     curves = {name: pts for name in rows if (pts := loss_points(runs, name))}
