@@ -139,7 +139,7 @@ def plot_losses(curves: dict[str, list], out: Path) -> None:
         ax.plot([s for s, _ in points], [v for _, v in points], label=name)
     ax.set(
         xlabel="step (batch 4)",
-        ylabel="training loss (sum over 4 streams)",
+        ylabel="training loss (4 streams + early-exit head)",
         title="Training loss per row",
     )
     ax.legend(fontsize=8)
