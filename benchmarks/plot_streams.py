@@ -32,6 +32,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from specstream_mlx.training.trainer import loss_curve  # noqa: E402
+
 TARGET_STREAM1, TARGET_TAU8 = 0.45, 1.8  # issue 20's chat targets
 
 
@@ -41,7 +43,7 @@ def read_rows(folder: Path) -> dict[str, dict]:
     return dict(sorted(rows.items(), key=lambda kv: (kv[0] != "n1000", kv[0])))
 
 
-def msa_layers(row: str) -> int:
+def row_msa_layers(row: str) -> int:
     """The MSA layers of an ablation row (scripts/stream_ablation.sh: msaN rows, else 8)."""
     m = re.fullmatch(r"msa(\d+)", row)
     return int(m[1]) if m else 8
@@ -51,17 +53,14 @@ def loss_points(runs: Path | None, row: str) -> list[tuple[float, float]]:
     """(step, loss) of a row's training, from its adapter config or a copied progress file."""
     if runs is None:
         return []
-    progress = runs / f"{row}_progress.json"
-    if progress.is_file():
-        history = json.loads(progress.read_text())["history"]
-        size = max(1, len(history) // 40)
-        windows = [history[i : i + size] for i in range(0, len(history), size)]
-        return [(w[-1]["step"], sum(h["loss"] for h in w) / len(w)) for w in windows]
-    config = runs / row / "adapter_config.json"
-    if config.is_file():
+    progress, config = runs / f"{row}_progress.json", runs / row / "adapter_config.json"
+    if progress.is_file():  # the windows `specstream train` keeps with an adapter
+        curve = loss_curve(json.loads(progress.read_text())["history"])
+    elif config.is_file():
         curve = json.loads(config.read_text()).get("training", {}).get("loss_curve", [])
-        return [(w["steps"][1], w["loss"]) for w in curve]
-    return []
+    else:
+        curve = []
+    return [(w["steps"][1], w["loss"]) for w in curve]
 
 
 def plot_rows(rows: dict[str, dict], out: Path) -> None:
@@ -118,7 +117,7 @@ def plot_lens(lens: dict, rows: dict[str, dict], out: Path) -> None:
     )
     for name, r in rows.items():
         if r.get("early_exit_top1") is not None and "_" not in name:
-            point = n_layers - msa_layers(name)
+            point = n_layers - row_msa_layers(name)
             ax.plot([point], [r["early_exit_top1"]], "^", label=f"early exit, {name}")
     ax.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
     ax.set(

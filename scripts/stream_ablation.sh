@@ -17,9 +17,10 @@
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
 # r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers; attn:
 # --attention-adapters (stream adapters on the attention path as well); guess:
-# --next-token-guess (the streams start from the early-exit head's guess for the next token). medusa: not streams but Medusa-1's 4 heads
-# (each a residual block and its own LM head, 28M parameters, on the base's last hidden state),
-# trained on n1000's answers and budget at Medusa's lr 1e-3: what full depth reaches.
+# --next-token-guess (the streams start from the early-exit head's guess for the next token).
+# medusa: not streams but Medusa-1's 4 heads (each a residual block and its own LM head, 28M
+# parameters, on the base's last hidden state), trained on n1000's answers and budget at
+# Medusa's lr 1e-3: what full depth reaches.
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
