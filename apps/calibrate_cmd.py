@@ -79,7 +79,7 @@ def run(args) -> int:
         if params is None:
             raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
         if args.measure_acceptance:
-            folder = resolve_adapter(args.adapter)
+            folder = resolve_adapter(args.adapter, loaded)
             prompts = _prompts(args, folder.name)
             bar = Progress("prompt", "acceptance", args.json)
             params.acceptance = calibration.measure_acceptance(

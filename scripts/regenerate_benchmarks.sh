@@ -122,6 +122,23 @@ steps() {
     step "$S" qwen_load cached
     step "$S" qwen_calibrate
 
+    # == Qwen2.5-Coder-0.5B with trained streams (issue 19) ==
+    # the shipped Qwen `chat` streams (scripts/make_qwen_chat_adapter.sh): their acceptance on the
+    # chat suite's items 40-51 (acceptance.json, about 8 min), the tree the planner picks from it
+    # and the curve above, then the chat suite and the sql dev set side by side (about 20 and 15
+    # min; no Qwen `sql` adapter yet: ss and ss+pld draft with the chat streams there)
+    S="Qwen2.5-Coder-0.5B with trained streams (issue 19)"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
+        --adapter chat --measure-acceptance --data "$D" --limit 12 --max-tokens 96
+    step "$S" into $R/calibration_qwen_chat.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
+        calibrate --model "$QWEN" --adapter chat --json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+        --data "$D" --limit 16 --max-tokens 64 --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_qwen_chat.json --markdown $R/bench_qwen_chat.md
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter chat \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql.json --markdown $R/bench_qwen_sql.md
+
     # == One decoding loop, passes settled on the device, fused LoRA (issue 18) ==
     # ### What a pass costs in the loop (unknown)
     S="One decoding loop: what a pass costs in the loop (issue 18)"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from .errors import SpecstreamError
 from .models.loader import LoadedModel
-from .streams.adapter_io import Adapter, attach, made_for, read_adapter, shipped_adapters
+from .streams.adapter_io import Adapter, attach, read_adapter, shipped_adapters
 
 
 @dataclass
@@ -62,7 +62,7 @@ class AdapterManager:
         loaded.streams, loaded.adapter = None, None
         self._session = session_of(loaded, None)
         if adapters is None:
-            adapters = {n: n for n in shipped_adapters() if made_for(n, loaded)}
+            adapters = {n: n for n in shipped_adapters(loaded)}
         for name, source in adapters.items():
             self.register(name, source)
 

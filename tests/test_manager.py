@@ -144,12 +144,39 @@ def test_bad_names_and_limits(tiny_folders):
     with pytest.raises(ss.SpecstreamError, match="max_resident must be >= 1"):
         AdapterManager(loaded, {}, max_resident=0)
     manager = AdapterManager(loaded, {})
-    assert manager.names() == []  # the shipped adapters are for the default model only
+    assert manager.names() == []  # no shipped adapter is made for this tiny model
     with pytest.raises(ss.SpecstreamError, match="not found"):
         manager.register("nope", "/no/such/folder")
     manager.register("later", "/no/such/folder", preload=False)  # checked on first use
     with pytest.raises(ss.SpecstreamError, match="not found"):
         manager.activate("later")
+
+
+def test_shipped_adapters_are_found_for_their_model(tiny_folders, folders, tmp_path, monkeypatch):
+    """Issue 19: the default model's adapters at the top of the package's adapters folder,
+    another model's in a subfolder; a shipped name means the adapter made for the loaded model."""
+    import shutil
+
+    from specstream_mlx.streams import adapter_io
+
+    shipped = tmp_path / "adapters"
+    shutil.copytree(folders["lossless"], shipped / "chat")  # made for the llama model
+    shutil.copytree(folders["other"], shipped / "tiny-qwen2" / "chat")  # for the qwen2 one
+    monkeypatch.setattr(adapter_io, "SHIPPED_DIR", shipped)
+    llama, qwen2 = (ss.load(str(tiny_folders[f])) for f in ("llama", "qwen2"))
+    assert adapter_io.shipped_adapters() == ["chat"]  # the default model's
+    assert adapter_io.resolve_adapter("chat", llama) == shipped / "chat"
+    assert adapter_io.resolve_adapter("chat", qwen2) == shipped / "tiny-qwen2" / "chat"
+    assert AdapterManager(qwen2).names() == ["chat"]
+    assert AdapterManager(llama).names() == ["chat"]
+    with_streams = ss.load(str(tiny_folders["qwen2"]), adapter="chat")
+    assert with_streams.streams is not None
+    plain = ss.generate(with_streams, PROMPT, max_tokens=12).token_ids
+    assert ss.generate(with_streams, PROMPT, max_tokens=12, decoder="ss").token_ids == plain
+    mistral = ss.load(str(tiny_folders["mistral"]))
+    assert adapter_io.shipped_adapters(mistral) == []
+    with pytest.raises(ss.SpecstreamError, match="another base model|made for"):
+        ss.load(str(tiny_folders["mistral"]), adapter="chat")
 
 
 @pytest.mark.slow

@@ -110,3 +110,21 @@ def test_a_right_draft_is_accepted(qwen):
     )
     assert out.token_ids == truth
     assert out.stats.mean_accepted_tokens > 2
+
+
+def test_its_shipped_chat_streams_decode_exactly(qwen):
+    """Issue 19: `--adapter chat` on this model names its own trained streams (the package's
+    adapters/NAME/chat, not the default model's chat), and with their own tree they decide more
+    than one token in some pass yet give plain decoding's tokens."""
+    from specstream_mlx.streams.adapter_io import SHIPPED_DIR, read_adapter, resolve_adapter
+
+    assert resolve_adapter("chat", qwen) == SHIPPED_DIR / NAME / "chat"
+    streams = read_adapter("chat", qwen).streams
+    assert streams.acceptance is not None  # what the calibrated tree is chosen from
+    for prompt in ("Explain how rainbows form.", PROMPTS[1]):
+        plain = ss.generate(qwen, prompt, max_tokens=24)
+        spec = ss.generate(
+            qwen, prompt, max_tokens=24, decoder="ss", streams=streams, tree="adapter"
+        )
+        assert spec.token_ids == plain.token_ids
+        assert spec.stats.forward_passes < plain.stats.forward_passes

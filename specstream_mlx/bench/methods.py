@@ -33,7 +33,8 @@ from ..sampling import SamplingParams
 METHODS = ("ar", "ss", "pld", "ss+pld", "mlx-lm", "medusa", "lora")
 # Reported, never run: a two-model draft baseline needs a smaller model with the same tokenizer.
 UNAVAILABLE = {
-    "draft-model": "SmolLM2-135M is the smallest SmolLM2: no same-tokenizer draft model exists"
+    "draft-model": "no smaller model with the same tokenizer is packaged (SmolLM2-135M is the "
+    "smallest SmolLM2, Qwen2.5-Coder-0.5B the smallest Qwen2.5-Coder)"
 }
 
 

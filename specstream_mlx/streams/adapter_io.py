@@ -35,7 +35,9 @@ from .lora import (
 from .params import StreamParams
 
 WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "adapters"  # trained for the default model
+# Adapters shipped in the package: the default model's at the top, another packaged model's in a
+# subfolder named after it (adapters/qwen2.5-coder-0.5b-instruct/chat).
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "adapters"
 FORMAT_VERSION = 1
 
 
@@ -134,36 +136,65 @@ def write_folder(
         raise
 
 
-def shipped_adapters() -> list[str]:
-    """Names of the adapters shipped inside the package (for the default model)."""
-    if not SHIPPED_DIR.is_dir():
-        return []
-    return sorted(p.name for p in SHIPPED_DIR.iterdir() if (p / CONFIG).is_file())
+def shipped_adapters(loaded=None) -> list[str]:
+    """Names of the adapters shipped inside the package: the default model's, or (given
+    `loaded`) those made for that model."""
+    if loaded is None:
+        return sorted(p.name for p in _shipped_places() if (p / CONFIG).is_file())
+    names = {p.name for place in _shipped_places() for p in _adapter_folders(place)}
+    return sorted(n for n in names if made_for(n, loaded))
+
+
+def _shipped_places() -> list[Path]:
+    return sorted(SHIPPED_DIR.iterdir()) if SHIPPED_DIR.is_dir() else []
+
+
+def _adapter_folders(place: Path) -> list[Path]:
+    """`place` if it is a shipped adapter folder, else the adapter folders inside it (a model's)."""
+    if (place / CONFIG).is_file():
+        return [place]
+    return sorted(p for p in place.iterdir() if (p / CONFIG).is_file()) if place.is_dir() else []
+
+
+def _shipped_named(name: str) -> list[Path]:
+    """The shipped adapter folders called `name`: the default model's first."""
+    found = [p for place in _shipped_places() for p in _adapter_folders(place) if p.name == name]
+    return sorted(found, key=lambda p: p.parent != SHIPPED_DIR)
 
 
 def made_for(name: str | os.PathLike, loaded) -> bool:
     """Whether the adapter's config names `loaded`'s base (fingerprint), without reading its
     tensors."""
     try:
-        config = json.loads((resolve_adapter(name) / CONFIG).read_text())
-        return config["base_model"]["fingerprint"] == base_fingerprint(loaded)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, SpecstreamError):
+        return _fits(resolve_adapter(name, loaded), loaded)
+    except SpecstreamError:
         return False
 
 
-def resolve_adapter(name: str | os.PathLike) -> Path:
-    """A folder path, or the name of a shipped adapter (e.g. "chat"). A folder that happens to
-    carry a shipped name (an `sql/` in the working directory) wins only if it is an adapter
+def _fits(folder: Path, loaded) -> bool:
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+        return config["base_model"]["fingerprint"] == base_fingerprint(loaded)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def resolve_adapter(name: str | os.PathLike, loaded=None) -> Path:
+    """A folder path, or the name of a shipped adapter (e.g. "chat"): the one made for `loaded`
+    where several models ship one of that name, else the default model's. A folder that happens
+    to carry a shipped name (an `sql/` in the working directory) wins only if it is an adapter
     folder."""
     path = Path(name).expanduser()
-    if path.exists() and ((path / CONFIG).is_file() or str(name) not in shipped_adapters()):
+    shipped = _shipped_named(str(name))
+    if path.exists() and ((path / CONFIG).is_file() or not shipped):
         return path
-    if str(name) in shipped_adapters():
-        return SHIPPED_DIR / str(name)
-    shipped = ", ".join(shipped_adapters()) or "none"
+    if shipped:
+        fitting = [p for p in shipped if loaded is not None and _fits(p, loaded)]
+        return (fitting or shipped)[0]
+    names = sorted({p.name for place in _shipped_places() for p in _adapter_folders(place)})
     raise SpecstreamError(
         f"adapter {str(name)!r} not found: no such folder, and not a shipped "
-        f"adapter (shipped: {shipped})"
+        f"adapter (shipped: {', '.join(names) or 'none'})"
     )
 
 
@@ -191,7 +222,7 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     """Read an adapter folder (or shipped adapter name) for `loaded` without changing the model;
     one SpecstreamError lists every mismatch."""
     source = str(folder)
-    folder = resolve_adapter(folder)
+    folder = resolve_adapter(folder, loaded)
     if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
         raise SpecstreamError(f"not an adapter folder (needs {CONFIG} and {WEIGHTS}): {folder}")
     try:

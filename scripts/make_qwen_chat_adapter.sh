@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Re-creates Qwen2.5-Coder-0.5B-Instruct's shipped `chat` adapter (lossless streams, issue 19):
+# 1. the distilled instruction answers of corpus/ unpacked (SmolLM2's answers: the text only
+#    gives contexts, since --targets self makes each stream learn what Qwen itself predicts
+#    there, computed in the same frozen forward; distilling Qwen's own answers runs at about
+#    13 tokens/s on the 2-core dev machine);
+# 2. lossless stream training, resumable (rerun after an interruption): about 40 min of the
+#    2-core dev machine with nothing else running;
+# 3. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
+RUN=${RUN_DIR:-../runs/qwen}
+MODEL=qwen2.5-coder-0.5b-instruct
+OUT=specstream_mlx/adapters/$MODEL/chat
+mkdir -p "$RUN"
+for split in train dev; do
+    ./dev.sh python scripts/corpus.py unpack --split "$split" \
+        --rows "$RUN/instructions_$split.jsonl" --data-dir "$DATA_DIR"
+done
+./dev.sh python - "$RUN" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+for split, out, n in (("train", "train_all", None), ("dev", "dev100", 100)):
+    rows = [r for r in map(json.loads, open(f"{run}/instructions_{split}.jsonl"))
+            if not r.get("degenerate")][:n]
+    with open(f"{run}/{out}.jsonl.tmp", "w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    os.replace(f"{run}/{out}.jsonl.tmp", f"{run}/{out}.jsonl")
+PY
+./dev.sh specstream train --mode lossless --targets self --model "$MODEL" \
+    --data "$RUN/train_all.jsonl" --val "$RUN/dev100.jsonl" --out "$RUN/chat" \
+    --gamma 4 --msa-layers 8 --tree-top-k 3 --rank 8 --steps 180 --batch-size 4 --lr 1e-3 \
+    --segment 64 --warmup 10 --max-length 320 --val-every 180 --checkpoint-every 15 --seed 0
+mkdir -p "$(dirname "$OUT")"
+rm -rf "$OUT.tmp" && cp -r "$RUN/chat" "$OUT.tmp"
+# the training data's attribution travels in the folder (README.md, kept from the shipped one)
+[ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
+rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+./dev.sh specstream calibrate --model "$MODEL" --adapter chat --measure-acceptance \
+    --data "$DATA_DIR" --limit 12 --max-tokens 96
