@@ -31,8 +31,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--adapter",
         default=None,
-        help="adapter to start with: shipped name or folder (default: chat when the model is "
-        "the default one)",
+        help="adapter to start with: shipped name or folder (default: chat where one ships "
+        "for the model)",
     )
     p.add_argument(
         "--decoder",

@@ -38,8 +38,8 @@ def add_parser(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=FOLDER",
-        help="also serve this adapter folder under NAME (repeatable); the shipped adapters are "
-        "served for the default model",
+        help="also serve this adapter folder under NAME (repeatable); the shipped adapters "
+        "made for the model are served too",
     )
     p.add_argument("--max-tokens", type=positive_int, default=2048, help="per request (2048)")
     p.add_argument(

@@ -45,7 +45,7 @@ class AdapterManager:
         max_resident: int = 8,
     ):
         """`adapters`: name -> folder or shipped name, checked now (default: the shipped
-        adapters made for `loaded`'s base, i.e. all of them for the default model)."""
+        adapters made for `loaded`'s base: the default model's four, Qwen's chat)."""
         if max_resident < 1:
             raise SpecstreamError(f"max_resident must be >= 1, got {max_resident}")
         self.loaded = loaded
