@@ -4,8 +4,8 @@
 #    gives contexts, since --targets self makes each stream learn what Qwen itself predicts
 #    there, computed in the same frozen forward; distilling Qwen's own answers runs at about
 #    13 tokens/s on the 2-core dev machine);
-# 2. lossless stream training, resumable (rerun after an interruption): about 40 min of the
-#    2-core dev machine with nothing else running;
+# 2. lossless stream training, resumable (rerun after an interruption): 3,199 s (53 min) on
+#    the 2-core dev machine with nothing else running;
 # 3. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -140,26 +140,19 @@ def shipped_adapters(loaded=None) -> list[str]:
     """Names of the adapters shipped inside the package: the default model's, or (given
     `loaded`) those made for that model."""
     if loaded is None:
-        return sorted(p.name for p in _shipped_places() if (p / CONFIG).is_file())
-    names = {p.name for place in _shipped_places() for p in _adapter_folders(place)}
-    return sorted(n for n in names if made_for(n, loaded))
+        return [p.name for p in _shipped_folders() if p.parent == SHIPPED_DIR]
+    return sorted({p.name for p in _shipped_folders() if _fits(p, loaded)})
 
 
-def _shipped_places() -> list[Path]:
-    return sorted(SHIPPED_DIR.iterdir()) if SHIPPED_DIR.is_dir() else []
-
-
-def _adapter_folders(place: Path) -> list[Path]:
-    """`place` if it is a shipped adapter folder, else the adapter folders inside it (a model's)."""
-    if (place / CONFIG).is_file():
-        return [place]
-    return sorted(p for p in place.iterdir() if (p / CONFIG).is_file()) if place.is_dir() else []
-
-
-def _shipped_named(name: str) -> list[Path]:
-    """The shipped adapter folders called `name`: the default model's first."""
-    found = [p for place in _shipped_places() for p in _adapter_folders(place) if p.name == name]
-    return sorted(found, key=lambda p: p.parent != SHIPPED_DIR)
+def _shipped_folders() -> list[Path]:
+    """Every shipped adapter folder: the default model's (adapters/NAME) first, then other
+    models' (adapters/MODEL/NAME)."""
+    if not SHIPPED_DIR.is_dir():
+        return []
+    places = sorted(SHIPPED_DIR.iterdir())
+    own = [p for p in places if (p / CONFIG).is_file()]
+    models = [d for d in places if d.is_dir() and d not in own]
+    return own + [p for d in models for p in sorted(d.iterdir()) if (p / CONFIG).is_file()]
 
 
 def made_for(name: str | os.PathLike, loaded) -> bool:
@@ -185,13 +178,13 @@ def resolve_adapter(name: str | os.PathLike, loaded=None) -> Path:
     to carry a shipped name (an `sql/` in the working directory) wins only if it is an adapter
     folder."""
     path = Path(name).expanduser()
-    shipped = _shipped_named(str(name))
+    shipped = [p for p in _shipped_folders() if p.name == str(name)]
     if path.exists() and ((path / CONFIG).is_file() or not shipped):
         return path
     if shipped:
         fitting = [p for p in shipped if loaded is not None and _fits(p, loaded)]
         return (fitting or shipped)[0]
-    names = sorted({p.name for place in _shipped_places() for p in _adapter_folders(place)})
+    names = sorted({p.name for p in _shipped_folders()})
     raise SpecstreamError(
         f"adapter {str(name)!r} not found: no such folder, and not a shipped "
         f"adapter (shipped: {', '.join(names) or 'none'})"
