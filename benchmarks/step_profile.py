@@ -216,7 +216,7 @@ def main() -> None:
             paths,
             expected_tokens(acc, paths),
             curve.pass_ms(len(paths) + 1, cfg.gamma if cfg.mode == "shared" else depth,
-                          cfg.n_msa_layers),
+                          cfg.n_msa_layers, depth),
             curve.plain_ms,
         )  # fmt: skip
         params = loaded.streams.with_config(

@@ -90,12 +90,14 @@ class LatencyCurve:
         head on one row."""
         return self.plain_step_ms or self.n_layers * self.layer(1) + self.head(1)
 
-    def _layers_and_head(self, nodes: int, streams: int, n_msa: int) -> float:
-        msa_rows = nodes * (1 + streams)
+    def _layers_and_head(self, nodes: int, streams: int, n_msa: int, drafted: int) -> float:
+        """`nodes` rows below the MSA layers, each with `streams` stream rows in them; the head
+        on the nodes and on their first `drafted` streams (decoding.passes)."""
+        msa_rows, head_rows = nodes * (1 + streams), nodes * (1 + drafted)
         head = (
-            self.head(msa_rows)
-            if streams and msa_rows <= ONE_HEAD_PASS_ROWS
-            else self.head(nodes) + (self.head(streams) if streams else 0.0)
+            self.head(head_rows)
+            if drafted and head_rows <= ONE_HEAD_PASS_ROWS
+            else self.head(nodes) + (self.head(drafted) if drafted else 0.0)
         )
         return (self.n_layers - n_msa) * self.layer(nodes) + n_msa * self.layer(msa_rows) + head
 
@@ -105,15 +107,17 @@ class LatencyCurve:
         them: nothing is drafted)."""
         return self.plain_ms + n_msa * (self.layer(1 + streams) - self.layer(1))
 
-    def pass_ms(self, nodes: int, streams: int, n_msa: int) -> float:
+    def pass_ms(self, nodes: int, streams: int, n_msa: int, drafted: int | None = None) -> float:
         """A tree pass in the decoding loop: `nodes` nodes, each with `streams` streams in the top
         `n_msa` layers. The measured loop pass of that size (one stream per node in `msa_ref`
         layers), corrected by the curve for other stream counts and MSA depths; beyond the
-        largest measured size, extended along the curve."""
+        largest measured size, extended along the curve. The head runs on the first `drafted`
+        streams (default all) of every node."""
+        drafted = streams if drafted is None else drafted
         size = min(nodes, self.loop_nodes[-1])
         loop = float(np.interp(size, self.loop_nodes, self.loop_ms))
-        measured_shape = self._layers_and_head(size, 1, self.msa_ref)
-        return loop + self._layers_and_head(nodes, streams, n_msa) - measured_shape
+        measured_shape = self._layers_and_head(size, 1, self.msa_ref, 1)
+        return loop + self._layers_and_head(nodes, streams, n_msa, drafted) - measured_shape
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -406,7 +410,7 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
         # nodes (tree_step.early_exit_guess).
         streams = cfg.gamma if shared else depth
         guess = curve.head(nodes) if cfg.next_token_guess else 0.0
-        return curve.pass_ms(nodes, streams, cfg.n_msa_layers) + guess
+        return curve.pass_ms(nodes, streams, cfg.n_msa_layers, depth) + guess
 
     plain = curve.plain_ms
     if shared:  # the main stream attends to the streams, and they to the guess

@@ -354,7 +354,7 @@ def flat_curve(loaded, layer_ms=1.0, per_row=0.0):
         cost, cost,
     )  # fmt: skip
     curve.loop_nodes = list(calibration.LOOP_NODES)
-    curve.loop_ms = [curve._layers_and_head(n, 1, curve.msa_ref) for n in curve.loop_nodes]
+    curve.loop_ms = [curve._layers_and_head(n, 1, curve.msa_ref, 1) for n in curve.loop_nodes]
     curve.plain_step_ms = n_layers * layer_ms + layer_ms
     return curve
 

@@ -70,6 +70,16 @@ class Decoder:
             return cfg.gamma
         return max(self.policy.depth, 1)
 
+    @property
+    def drafted(self) -> int:
+        """Streams whose logits a pass reads: those the tree drafts from (every one when
+        probed); the others run in the MSA layers only."""
+        if self.streams is None:
+            return 0
+        if self.probe is not None:
+            return self.n_streams
+        return min(max(self.policy.depth, 1), self.n_streams)
+
     def drafting(self) -> Drafting:
         streams = self.streams is not None
         return Drafting(self.policy, streams, self.drafter, self.override, self.probe)
@@ -228,11 +238,11 @@ class MlxForward:
         return MlxVerified(out, dec.arch)
 
     def _compiled(self, tree: Tree, drafts: bool) -> TreeOutput:
-        n, g = len(tree), self.dec.n_streams
+        n, g, drafted = len(tree), self.dec.n_streams, self.dec.drafted
         heads = "main"
         if drafts:
-            heads = "one" if n * (1 + g) <= ONE_HEAD_PASS_ROWS else "split"
-        main, extra = self.dec.passes.logits(tree, self.caches, g, heads)
+            heads = "one" if n * (1 + drafted) <= ONE_HEAD_PASS_ROWS else "split"
+        main, extra = self.dec.passes.logits(tree, self.caches, g, heads, drafted)
         nodes = list(range(n))
         if heads == "one":
             return TreeOutput(nodes, main, None, extra)

@@ -114,14 +114,18 @@ class Passes:
         self.arch, self.params, self.compiled = arch, params, compiled
         self._fns: dict[tuple, object] = {}
 
-    def logits(self, tree: Tree, caches: list, n_streams: int = 0, heads: str = "main"):
+    def logits(
+        self, tree: Tree, caches: list, n_streams: int = 0, heads: str = "main", drafted=None
+    ):
         """Run `tree` (every node kept) at the caches' offset, for the host to read: returns
-        (main logits (N, V), stream logits (N, g, V) for heads="one", stream hidden (N, g, d)
-        for "split", None for "main"). The caches hold the N new rows after it."""
+        (main logits (N, V), stream logits (N, drafted, V) of the first `drafted` streams
+        (default all) for heads="one", stream hidden (N, g, d) for "split", None for "main").
+        The caches hold the N new rows after it."""
         offset = caches[0].offset
         cap = reserve(caches, offset + len(tree))
-        key = ("logits", len(tree), n_streams, heads, cap)
-        fn = self._fn(key, lambda: self._logits_fn(n_streams, heads))
+        drafted = n_streams if drafted is None or heads != "one" else drafted
+        key = ("logits", len(tree), n_streams, heads, drafted, cap)
+        fn = self._fn(key, lambda: self._logits_fn(n_streams, heads, drafted))
         shape = tree_arrays(tree, self.params, n_streams)
         main, extra, *states = fn(mx.array(tree.tokens), mx.array(offset), shape, *_states(caches))
         _put(caches, states)
@@ -133,8 +137,8 @@ class Passes:
         """Plain decoding's pass from `state` (root and offset: arrays, maybe still lazy): the
         (V,) logits after the root; the offset moves on by one."""
         cap = reserve(state.caches, state.bound + 1)
-        key = ("logits", 1, n_streams, "main", cap)
-        fn = self._fn(key, lambda: self._logits_fn(n_streams, "main"))
+        key = ("logits", 1, n_streams, "main", n_streams, cap)
+        fn = self._fn(key, lambda: self._logits_fn(n_streams, "main", 0))
         inputs = [state.root.reshape(1), state.offset, shape.arrays]
         main, _, *states = fn(*inputs, *_states(state.caches))
         _put(state.caches, states)
@@ -190,21 +194,23 @@ class Passes:
         new_states = [c.keys for c in caches] + [c.values for c in caches]
         return arch.norm(h[0]), streams, new_states
 
-    def _heads(self, main, streams, stream_rows: bool):
-        """Main logits (N, V) and, with stream_rows, stream logits (N, g, V) from one head pass
-        (the head's weights read once: the pass is memory-bound on a CPU)."""
+    def _heads(self, main, streams, drafted: int):
+        """Main logits (N, V) and, with `drafted` > 0, the first `drafted` streams' logits
+        (N, drafted, V) from one head pass (the head's weights read once; the streams nothing
+        drafts from skip it)."""
         arch = self.arch
-        if not stream_rows:
+        if not drafted:
             return arch.lm_head(main), None
-        n, g = streams.shape[0], streams.shape[1]
-        rows = mx.concatenate([main, arch.norm(streams.reshape(n * g, -1))])
-        logits = arch.lm_head(rows)  # (N(1+g), V)
-        return logits[:n], logits[n:].reshape(n, g, -1)
+        n = streams.shape[0]
+        rows = mx.concatenate([main, arch.norm(streams[:, :drafted].reshape(n * drafted, -1))])
+        logits = arch.lm_head(rows)  # (N(1+drafted), V)
+        return logits[:n], logits[n:].reshape(n, drafted, -1)
 
-    def _logits_fn(self, n_streams: int, heads: str):
+    def _logits_fn(self, n_streams: int, heads: str, drafted: int):
         def run(tokens, offset, shape, *states):
             main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
-            main_logits, stream_logits = self._heads(main, streams, heads == "one")
+            drafted_here = drafted if heads == "one" else 0
+            main_logits, stream_logits = self._heads(main, streams, drafted_here)
             extra = stream_logits if heads == "one" else streams if heads == "split" else None
             return main_logits, extra, *new_states
 
@@ -218,8 +224,8 @@ class Passes:
             gather, parents, paths = static
             tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
             main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
-            one_pass = draft_depth > 0 and n * (1 + n_streams) <= ONE_HEAD_PASS_ROWS
-            main_logits, stream_logits = self._heads(main, streams, one_pass)
+            one_pass = draft_depth > 0 and n * (1 + draft_depth) <= ONE_HEAD_PASS_ROWS
+            main_logits, stream_logits = self._heads(main, streams, draft_depth if one_pass else 0)
             greedy = mx.argmax(main_logits, axis=-1)  # (N,)
             best, count = _accept(tokens, greedy, shape[1], shape[0], parents)
             path = paths[best]  # (D + 1,) root first, padded with `best`
@@ -228,7 +234,7 @@ class Passes:
             new_states = [_compact(x, offset, path) for x in new_states]
             if draft_depth > 0:
                 if one_pass:
-                    at_best = stream_logits[best, :draft_depth]  # (depth, V)
+                    at_best = stream_logits[best]  # (depth, V)
                 else:
                     at_best = arch.lm_head(arch.norm(streams[best, :draft_depth]))
                 drafts = top_k_ids(at_best, k)  # (depth, k)

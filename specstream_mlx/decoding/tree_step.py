@@ -26,11 +26,11 @@ class TreeOutput:
     survivors: list[int]  # tree node indices that entered the MSA layers
     main_logits: mx.array  # (M, V) main-stream logits of the survivors
     stream_hidden: mx.array | None  # (M, gamma, d) last hidden states of their streams
-    stream_logits: mx.array | None = None  # (M, gamma, V) when computed in the same head pass
+    stream_logits: mx.array | None = None  # (M, drafted, V) from the same head pass, when it was
     main_hidden: mx.array | None = None  # (M, d) normed last hidden (verify_forward: drafters')
 
     def streams_of(self, arch: Arch, m: int) -> mx.array:
-        """(gamma, V) stream logits of survivor m."""
+        """Survivor m's stream logits: (drafted, V) from the head pass, else (gamma, V)."""
         if self.stream_logits is not None:
             return self.stream_logits[m]
         return arch.lm_head(arch.norm(self.stream_hidden[m]))
