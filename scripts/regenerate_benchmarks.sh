@@ -106,6 +106,18 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
 steps() {
     local S B MEM AB t p
 
+    # == The sql writing tool retrained on 3,000 examples (issues 20 and 18) ==
+    # the shipped sql adapter (scripts/make_task_adapter.sh sql, about 65 min, not rerun here):
+    # the curve again, its acceptance on dev items 40-51 (about 2 min), then the side-by-side
+    # bench on items 0-9 (about 3 min)
+    S="The sql writing tool retrained on 3,000 examples (issues 20 and 18)"
+    step "$S" ./dev.sh specstream calibrate --force --adapter sql
+    step "$S" ./dev.sh specstream calibrate --adapter sql --measure-acceptance --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 12 --max-tokens 96
+    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
+        --json $R/bench_sql_3000.json --markdown $R/bench_sql_3000.md
+
     # == Qwen2.5-Coder-0.5B-Instruct: correctness against llama.cpp (issue 19) ==
     # ours only (one forward per length, plus the GGUF conversion into $QC: about 30 s)
     S="Qwen2.5-Coder-0.5B: correctness against llama.cpp (issue 19)"

@@ -12,6 +12,10 @@ from hypothesis import strategies as st
 from mlx.utils import tree_flatten, tree_unflatten
 
 import specstream_mlx as ss
+from specstream_mlx.decoding.loop import Decoder, decode
+from specstream_mlx.decoding.passes import Passes
+from specstream_mlx.decoding.policy import TreePolicy
+from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.models.arch import arch_of
 from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
@@ -269,3 +273,32 @@ def test_compiled_passes_follow_swapped_lora_weights(shared_models):
         assert outputs[0] != outputs[1]  # the swap changed the model
     finally:
         loaded.model.update(tree_unflatten([(k[len("lora.") :], v) for k, v in saved.items()]))
+
+
+def test_a_pass_heads_only_the_streams_it_drafts_from(shared_models):
+    """A tree of depth 2 over 3 shared streams: the head reads streams 1-2 (3 when probed),
+    and every pass after the first still verifies the whole tree drafted from them."""
+    loaded, _ = shared_models["llama"]
+    params = shared_streams(loaded, 3, gamma=3, n_msa_layers=2)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    policy = TreePolicy.static(((0,), (1,), (0, 0)))
+    prompt = [5, 9, 2, 7, 11, 3]
+    loaded.streams = params
+    try:
+        plain = ss.generate(loaded, prompt, max_tokens=12, compile=False).token_ids
+    finally:
+        loaded.streams = None
+
+    def no_match(history, _hidden):  # a drafter that never proposes: the streams draft
+        return draft_tree(history[-1], [])
+
+    assert Decoder(loaded.model, arch, params, policy, probe=[]).drafted == 3
+    for compiled in (True, False):
+        passes = Passes(arch, params, compiled)
+        on_host = Decoder(loaded.model, arch, params, policy, no_match, passes)
+        assert on_host.drafted == 2
+        steps = list(decode(on_host, prompt, 12))
+        assert [t for s in steps for t in s.tokens] == plain
+        assert {s.tree_nodes for s in steps[1:]} == {4}
+        on_device = Decoder(loaded.model, arch, params, policy, passes=passes)
+        assert [t for s in decode(on_device, prompt, 12) for t in s.tokens] == plain
