@@ -70,9 +70,13 @@ def run(args) -> int:
         )
         bar.update(len(stages), len(stages), stage="done")
         bar.close()
-        _write(calibration.curve_path(loaded), curve.to_dict())
+        if curve.steady:
+            _write(calibration.curve_path(loaded), curve.to_dict())
+        else:
+            print(calibration.unsteady_warning(curve), file=sys.stderr, flush=True)
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
+    out["cached"] = curve.steady
     out["provenance"] = provenance()  # the commit and versions of this run, the machine
     if args.adapter:
         params = loaded.streams

@@ -47,6 +47,10 @@ LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding l
 # that large can pay, and on a device where cost grows with rows, e.g. quantized weights on a
 # CPU, timing them would take many minutes); the curve extends proportionally past them.
 MAX_COST_RATIO = 6.0
+# A one-row pass timed at the start of a measurement and again a stage later may differ by this
+# much (relative) before the curve is deemed measured on a busy machine and is not cached: one
+# measured while training ran here said 112 ms per plain step against 43 ms idle (2026-11-26).
+MAX_DRIFT = 0.5
 
 
 @dataclass
@@ -67,7 +71,13 @@ class LatencyCurve:
     compiled: bool = False  # compiled passes (decoding.passes) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
+    drift: float = 0.0  # the one-row pass's relative change between two stages (a busy machine)
     version: int = CURVE_VERSION
+
+    @property
+    def steady(self) -> bool:
+        """Measured on a machine whose load did not change meanwhile: worth caching."""
+        return self.drift <= MAX_DRIFT
 
     def _at(self, values: list[float], r: float) -> float:
         return (
@@ -276,6 +286,9 @@ def measure_curve(
     # 58.7 ms against 54.8, which made trees that lose look 10% faster).
     if rows[0] == 1:
         curve.plain_step_ms = min(curve.plain_step_ms, round(timed[1], 3))
+        first = modes.get((compiled, 1))  # the same pass, timed in the first stage
+        if first:
+            curve.drift = round(abs(timed[1] / first - 1), 3)
     curve.measured_seconds = round(time.perf_counter() - started, 2)
     return curve
 
@@ -365,6 +378,14 @@ def write_json_atomic(path: Path, data: dict) -> None:
         raise
 
 
+def unsteady_warning(curve: LatencyCurve) -> str:
+    return (
+        f"specstream: the device's speed changed by {curve.drift:.0%} while measuring it "
+        "(another program busy?); the latency curve is used now but not cached: run "
+        "`specstream calibrate --force` on an idle machine"
+    )
+
+
 def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | None:
     """This device's curve for `loaded`: kept on it, read from the cache, or measured now (a few
     seconds) and cached. measure=False returns None instead of measuring."""
@@ -383,6 +404,10 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
                 flush=True,
             )
         curve = measure_curve(loaded)
+        if not curve.steady:
+            print(unsteady_warning(curve), file=sys.stderr, flush=True)
+            loaded.latency_curve = curve
+            return curve
         try:
             write_json_atomic(curve_path(loaded), curve.to_dict())
         except OSError:

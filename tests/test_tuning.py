@@ -316,7 +316,8 @@ def test_device_acceptance_keeps_the_oracle_path(tiny_models, family, paths, pro
 # ---- latency curve, its cache, and the default tree choice ----
 
 
-def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path):
+def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.setattr(calibration, "MAX_DRIFT", float("inf"))  # sub-ms passes are noisy
     loaded = tiny_models["llama"]
     loaded.latency_curve = None
     curve = calibration.latency_curve(loaded)
@@ -336,6 +337,30 @@ def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path):
     path.write_text("{torn")
     loaded.latency_curve = None
     assert calibration.latency_curve(loaded, measure=False) is None
+
+
+def test_a_curve_measured_on_a_busy_machine_is_used_but_not_cached(
+    tiny_models, monkeypatch, capsys
+):
+    loaded = tiny_models["llama"]
+    real = calibration.measure_curve
+    drifts = iter([0.8, 0.1])
+
+    def measured(loaded):  # the real curve, as if the one-row pass had changed meanwhile
+        curve = real(loaded)
+        curve.drift = next(drifts)
+        return curve
+
+    monkeypatch.setattr(calibration, "measure_curve", measured)
+    loaded.latency_curve = None
+    busy = calibration.latency_curve(loaded)
+    assert not busy.steady and loaded.latency_curve is busy
+    assert not calibration.curve_path(loaded).exists()
+    assert "changed by 80% while measuring" in capsys.readouterr().err
+    loaded.latency_curve = None
+    idle = calibration.latency_curve(loaded)
+    assert idle.steady and calibration.curve_path(loaded).is_file()
+    loaded.latency_curve = None
 
 
 def test_curve_key_depends_on_precision(tiny_folders):
