@@ -70,10 +70,11 @@ def run(args) -> int:
         )
         bar.update(len(stages), len(stages), stage="done")
         bar.close()
-        if curve.steady:
-            _write(calibration.curve_path(loaded), curve.to_dict())
-        else:
-            print(calibration.unsteady_warning(curve), file=sys.stderr, flush=True)
+        try:
+            calibration.cache_curve(loaded, curve)
+        except OSError as exc:
+            path = calibration.curve_path(loaded)
+            raise ss.SpecstreamError(f"cannot write {path}: {exc}") from None
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
     out["cached"] = curve.steady

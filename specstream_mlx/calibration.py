@@ -378,12 +378,20 @@ def write_json_atomic(path: Path, data: dict) -> None:
         raise
 
 
-def unsteady_warning(curve: LatencyCurve) -> str:
-    return (
-        f"specstream: the device's speed changed by {curve.drift:.0%} while measuring it "
-        "(another program busy?); the latency curve is used now but not cached: run "
-        "`specstream calibrate --force` on an idle machine"
-    )
+def cache_curve(loaded: LoadedModel, curve: LatencyCurve) -> bool:
+    """Write `curve` to the cache (OSError if it cannot), unless the machine's load changed while
+    it was measured: then warn and keep it out, so that a later run measures again."""
+    if not curve.steady:
+        print(
+            f"specstream: the device's speed changed by {curve.drift:.0%} while measuring it "
+            "(another program busy?); the latency curve is used now but not cached: run "
+            "`specstream calibrate --force` on an idle machine",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    write_json_atomic(curve_path(loaded), curve.to_dict())
+    return True
 
 
 def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | None:
@@ -404,12 +412,8 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
                 flush=True,
             )
         curve = measure_curve(loaded)
-        if not curve.steady:
-            print(unsteady_warning(curve), file=sys.stderr, flush=True)
-            loaded.latency_curve = curve
-            return curve
         try:
-            write_json_atomic(curve_path(loaded), curve.to_dict())
+            cache_curve(loaded, curve)
         except OSError:
             pass  # a read-only cache: measured again next time
     loaded.latency_curve = curve

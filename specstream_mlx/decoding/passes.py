@@ -115,7 +115,12 @@ class Passes:
         self._fns: dict[tuple, object] = {}
 
     def logits(
-        self, tree: Tree, caches: list, n_streams: int = 0, heads: str = "main", drafted=None
+        self,
+        tree: Tree,
+        caches: list,
+        n_streams: int = 0,
+        heads: str = "main",
+        drafted: int | None = None,
     ):
         """Run `tree` (every node kept) at the caches' offset, for the host to read: returns
         (main logits (N, V), stream logits (N, drafted, V) of the first `drafted` streams
