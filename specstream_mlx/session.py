@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .backend import device_name
 from .calibration import latency_curve, tuned
-from .decoding.lookup import LookupConfig, lookup_drafter
+from .decoding.lookup import LookupConfig, LookupCosts, lookup_drafter
 from .decoding.loop import Decoder, Drafter, DraftOverride
 from .decoding.passes import Passes
 from .decoding.policy import TreePolicy
@@ -87,8 +87,6 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     drafter = opts.drafter
     if drafter is not None and shared:
         raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
-    if drafter is None and row.lookup:
-        drafter = lookup_drafter(LookupConfig())
     supported = loaded.config["model_type"] in SUPPORTED
     if not supported and (row.streams or row.lookup or drafter is not None or shared):
         arch_of(loaded.model, loaded.config["model_type"])  # raises the clear error
@@ -99,6 +97,10 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     )
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
     dec.override = opts.draft_override
+    if drafter is None and row.lookup:
+        costs = _lookup_costs(loaded, dec, tree)
+        dec.drafter = lookup_drafter(LookupConfig(), costs)
+        tree = {**(tree or {}), "lookup_gated": costs is not None}
     return Resolved(dec, ran, tree)
 
 
@@ -137,6 +139,25 @@ def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[Tre
         "prune_threshold": policy.prune_threshold,
         "depth": policy.depth,
     }
+
+
+def _lookup_costs(loaded, dec: Decoder, tree: dict | None) -> LookupCosts | None:
+    """What a lookup chain costs on this device and what runs instead (the streams' calibrated
+    tree, or a plain pass), from the latency curve; None before this device was measured for
+    `loaded` (whole chains are drafted then)."""
+    curve = latency_curve(loaded, measure=False)
+    if curve is None:
+        return None
+    n_msa = dec.streams.config.n_msa_layers if dec.streams is not None else 0
+    drafted = dec.drafted if dec.policy.depth > 0 else 0  # stream heads, for the next pass
+
+    def ms(nodes: int) -> float:
+        return curve.pass_ms(nodes, dec.n_streams, n_msa, drafted)
+
+    chain = tuple(ms(1 + n) for n in range(LookupConfig().max_draft + 1))
+    if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
+        return LookupCosts(chain, tree["expected_tokens_per_pass"], tree["predicted_pass_ms"])
+    return LookupCosts(chain)
 
 
 def _compile_default(loaded) -> bool:

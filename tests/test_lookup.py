@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx.decoding import loop
-from specstream_mlx.decoding.lookup import LookupConfig, lookup_draft, lookup_drafter
+from specstream_mlx.decoding.lookup import (
+    LookupConfig,
+    LookupCosts,
+    LookupGate,
+    lookup_draft,
+    lookup_drafter,
+)
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
@@ -18,6 +24,7 @@ from specstream_mlx.models.arch import arch_of
 
 from .test_shared import shared_streams
 from .test_speculative import streams_for
+from .test_tuning import flat_curve
 from .tiny import FAMILIES
 
 # Prompts of a few repeated words: the lookup finds matches.
@@ -45,6 +52,55 @@ def test_lookup_draft_takes_the_latest_longest_match():
     assert lookup_draft([1, 2, 3]) == []
     assert lookup_draft([5]) == []
     assert lookup_draft([1, 2, 1], LookupConfig(ngram_min=2)) == []
+
+
+def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
+    """The chain length the gate picks each pass while the lookup's 4-token proposals are
+    right (or wrong from their first token) as `right` says; the text grows by what a pass
+    decides."""
+    truth = list(range(1000, 1400))
+    history, lengths = truth[:10], []
+    for ok in right:
+        ahead = truth[len(history) : len(history) + 4]
+        proposal = ahead if ok else [0, 1, 2, 3]
+        n = gate.length(history, proposal)
+        lengths.append(n)
+        history = truth[: len(history) + (n if ok else 0) + 1]
+    return lengths
+
+
+def test_the_gate_drafts_while_the_lookup_is_right_and_watches_it_while_it_is_not():
+    cheap = LookupCosts((10.0, 12.0, 14.0, 16.0, 18.0))  # each draft adds a fifth of a pass
+    lengths = _gated_lengths(LookupGate(cheap), [True] * 8 + [False] * 12 + [True] * 6)
+    assert lengths[0] > 0  # before any evidence: the prior's even odds pay here
+    assert lengths[7] == 4  # right every time: the whole chain
+    assert lengths[19] == 0  # wrong every time: plain passes
+    # Still scored while not drafted: right proposals bring the chain back within a few passes.
+    assert lengths[-1] == 4
+    # Chains dearer than what they can decide, or than the pass that runs instead: never.
+    dear = LookupCosts((10.0, 30.0, 50.0, 70.0, 90.0))
+    assert _gated_lengths(LookupGate(dear), [True] * 10) == [0] * 10
+    tree = LookupCosts(cheap.chain_ms, fallback_tokens=3.0, fallback_ms=12.0)
+    assert _gated_lengths(LookupGate(tree), [False] * 3 + [True] * 3)[:3] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_pld_gated_by_the_latency_curve_equals_plain_greedy(tiny_models, family):
+    loaded = tiny_models[family]
+    prompt = "a b c a b c a b c a b"
+    plain = ss.generate(loaded, prompt, max_tokens=16)
+    runs = {}
+    try:
+        for per_row in (0.0, 1000.0):  # extra rows free, or costing a pass each
+            loaded.latency_curve = flat_curve(loaded, per_row=per_row)
+            runs[per_row] = ss.generate(loaded, prompt, max_tokens=16, decoder="pld")
+    finally:
+        loaded.latency_curve = None
+    for run in runs.values():
+        assert run.token_ids == plain.token_ids
+        assert run.stats.tree["lookup_gated"]
+    assert runs[0.0].stats.tree_nodes > runs[0.0].stats.forward_passes  # chains drafted
+    assert runs[1000.0].stats.tree_nodes == runs[1000.0].stats.forward_passes  # none pays
 
 
 @EXAMPLES
