@@ -105,10 +105,10 @@ def run(args) -> int:
         )
     finally:
         bar.close()
+    if args.json:  # first: a long measurement is kept whatever happens to the table
+        _write(args.json, json.dumps(report, indent=2) + "\n")
     table = markdown(report)
     print(table)
-    if args.json:
-        _write(args.json, json.dumps(report, indent=2) + "\n")
     if args.markdown:
         _write(args.markdown, table)
     if args.plot:

@@ -100,7 +100,7 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     if drafter is None and row.lookup:
         costs = _lookup_costs(loaded, dec, tree)
         dec.drafter = lookup_drafter(LookupConfig(), costs)
-        tree = {**(tree or {}), "lookup_gated": costs is not None}
+        tree = {**(tree or {"source": "lookup"}), "lookup_gated": costs is not None}
     return Resolved(dec, ran, tree)
 
 

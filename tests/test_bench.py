@@ -85,6 +85,8 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
     assert by_name["pld"]["extra_params"] == 0 and by_name["mlx-lm"]["extra_params"] == 0
     # the speculative decoders report their tree (this adapter has no acceptance statistics)
     assert by_name["ss"]["tree"]["source"] == "adapter" and by_name["ar"]["tree"] is None
+    assert by_name["pld"]["tree"]["source"] == "lookup"  # and whether its chains were gated
+    assert by_name["ss+pld"]["tree"]["lookup_gated"] == by_name["pld"]["tree"]["lookup_gated"]
     assert by_name["ss"]["ran"] == ["ss"] and by_name["mlx-lm"]["ran"] == ["mlx-lm"]
     # memory: each method's own weights at least (not every model the process holds)
     weights_mb = sum(v.nbytes for _, v in tree_flatten(ss.load(config.model).model.parameters()))
@@ -95,6 +97,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
         assert f"| {name} |" in table
     assert "| writing | 2 |" in table and "Not run: draft-model" in table
     assert f"streams on {rates['positions']} positions" in table
+    assert "pld: lookup chains" in table and "ss+pld: lookup chains" in table
     plot(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -63,7 +63,7 @@ def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
     for ok in right:
         ahead = truth[len(history) : len(history) + 4]
         proposal = ahead if ok else [0, 1, 2, 3]
-        n = gate.length(history, proposal)
+        n = gate.length(history, proposal, 3)
         lengths.append(n)
         history = truth[: len(history) + (n if ok else 0) + 1]
     return lengths
@@ -71,17 +71,27 @@ def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
 
 def test_the_gate_drafts_while_the_lookup_is_right_and_watches_it_while_it_is_not():
     cheap = LookupCosts((10.0, 12.0, 14.0, 16.0, 18.0))  # each draft adds a fifth of a pass
-    lengths = _gated_lengths(LookupGate(cheap), [True] * 8 + [False] * 12 + [True] * 6)
-    assert lengths[0] > 0  # before any evidence: the prior's even odds pay here
+    lengths = _gated_lengths(LookupGate(cheap, 3), [True] * 8 + [False] * 24 + [True] * 6)
+    assert lengths[0] > 0  # before any evidence: the priors pay here
     assert lengths[7] == 4  # right every time: the whole chain
-    assert lengths[19] == 0  # wrong every time: plain passes
+    assert lengths[31] == 0  # wrong every time: plain passes
     # Still scored while not drafted: right proposals bring the chain back within a few passes.
     assert lengths[-1] == 4
     # Chains dearer than what they can decide, or than the pass that runs instead: never.
     dear = LookupCosts((10.0, 30.0, 50.0, 70.0, 90.0))
-    assert _gated_lengths(LookupGate(dear), [True] * 10) == [0] * 10
+    assert _gated_lengths(LookupGate(dear, 3), [True] * 10) == [0] * 10
     tree = LookupCosts(cheap.chain_ms, fallback_tokens=3.0, fallback_ms=12.0)
-    assert _gated_lengths(LookupGate(tree), [False] * 3 + [True] * 3)[:3] == [0, 0, 0]
+    assert _gated_lengths(LookupGate(tree, 3), [False] * 3 + [True] * 3)[:3] == [0, 0, 0]
+
+
+def test_the_gate_trusts_what_followed_a_longer_match_more():
+    gate = LookupGate(LookupCosts((10.0, 14.0, 16.0, 18.0, 20.0)), 3)
+    truth = list(range(1000, 1200))
+    for p in range(10, 40):  # 1-gram matches proposing wrong tokens, 3-gram ones right ones
+        one = p % 2 == 0
+        gate.length(truth[:p], [0, 1, 2, 3] if one else truth[p : p + 4], 1 if one else 3)
+    assert gate.length(truth[:40], truth[40:44], 3) == 4
+    assert gate.length(truth[:41], truth[41:45], 1) == 0
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])

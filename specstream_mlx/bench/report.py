@@ -71,11 +71,14 @@ def markdown(report: dict) -> str:
                 f"({tree['nodes']} nodes), {tree['expected_tokens_per_pass']} tokens per pass and "
                 f"{tree['predicted_speedup']}x predicted"
             )
-        elif tree:
+        elif tree and tree.get("source") == "adapter":
             lines.append(
                 f"\n{m['name']}: the adapter's own tree (top-k {tree['top_k']}, "
                 f"{tree['max_tree_nodes']} nodes)"
             )
+        if tree and "lookup_gated" in tree:
+            how = "gated by this device's latency curve" if tree["lookup_gated"] else "whole"
+            lines.append(f"\n{m['name']}: lookup chains {how}")
     rates = report.get("stream_acceptance")
     if rates:
         lines.append("\n" + describe_rates(rates))
