@@ -106,6 +106,19 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
 steps() {
     local S B MEM AB t p
 
+    # == Prompt lookup gated by the latency curve (issues 19 and 18) ==
+    # the gated pld (and ss+pld) on the chat suite and the sql dev set, SmolLM2 (about 2 and 3
+    # min) and Qwen (its curve first, in $QC: about 4 min, then about 5 min). The rows "whole
+    # chains" of the section are the code before the gate (commit 1deedf0), not rerun here.
+    S="Prompt lookup gated by the latency curve (issues 19 and 18)"
+    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 16 --max-tokens 64 \
+        --methods ar,pld --json $R/bench_gate_smol_chat.json
+    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+        --methods ar,pld,ss+pld --limit 10 --max-tokens 96 --json $R/bench_gate_smol_sql.json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+        --data "$D" --limit 16 --max-tokens 64 --methods ar,pld --json $R/bench_gate_qwen_chat.json
+
     # == The sql writing tool retrained on 3,000 examples (issues 20 and 18) ==
     # the shipped sql adapter (scripts/make_task_adapter.sh sql, about 65 min, not rerun here):
     # the curve again, its acceptance on dev items 40-51 (about 2 min), then the side-by-side
