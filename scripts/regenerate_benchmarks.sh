@@ -109,7 +109,7 @@ steps() {
     # == Prompt lookup gated by the latency curve (issues 19 and 18) ==
     # the gated pld (and ss+pld) on the chat suite and the sql dev set, SmolLM2 (about 2 and 3
     # min) and Qwen (its curve first, in $QC: about 4 min, then about 5 min). The rows "whole
-    # chains" of the section are the code before the gate (commit 1deedf0), not rerun here.
+    # chains" of the section are the code before the gate (commit b84eb70), not rerun here.
     S="Prompt lookup gated by the latency curve (issues 19 and 18)"
     step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 16 --max-tokens 64 \
         --methods ar,pld --json $R/bench_gate_smol_chat.json

@@ -4,7 +4,7 @@ decoding.loop.Decoder, and reported as what actually runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
@@ -98,8 +98,9 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
     dec.override = opts.draft_override
     if drafter is None and row.lookup:
-        costs = _lookup_costs(loaded, dec, tree)
-        dec.drafter = lookup_drafter(LookupConfig(), costs)
+        lookup = LookupConfig()
+        costs = _lookup_costs(loaded, dec, tree, lookup)
+        dec = replace(dec, drafter=lookup_drafter(lookup, costs))
         tree = {**(tree or {"source": "lookup"}), "lookup_gated": costs is not None}
     return Resolved(dec, ran, tree)
 
@@ -141,10 +142,13 @@ def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[Tre
     }
 
 
-def _lookup_costs(loaded, dec: Decoder, tree: dict | None) -> LookupCosts | None:
-    """What a lookup chain costs on this device and what runs instead (the streams' calibrated
-    tree, or a plain pass), from the latency curve; None before this device was measured for
-    `loaded` (whole chains are drafted then)."""
+def _lookup_costs(
+    loaded, dec: Decoder, tree: dict | None, lookup: LookupConfig
+) -> LookupCosts | None:
+    """What a chain of `lookup` drafts costs on this device and what runs instead, from the
+    latency curve: the streams' calibrated tree (`tree`), or a pass of the root alone (also
+    where the streams draft their own tree: it carries no expected tokens to weigh). None
+    before this device was measured for `loaded`: whole chains are drafted then."""
     curve = latency_curve(loaded, measure=False)
     if curve is None:
         return None
@@ -154,7 +158,7 @@ def _lookup_costs(loaded, dec: Decoder, tree: dict | None) -> LookupCosts | None
     def ms(nodes: int) -> float:
         return curve.pass_ms(nodes, dec.n_streams, n_msa, drafted)
 
-    chain = tuple(ms(1 + n) for n in range(LookupConfig().max_draft + 1))
+    chain = tuple(ms(1 + n) for n in range(lookup.max_draft + 1))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
         return LookupCosts(chain, tree["expected_tokens_per_pass"], tree["predicted_pass_ms"])
     return LookupCosts(chain)

@@ -97,7 +97,7 @@ def test_every_method_in_the_documented_schema(tiny_folders, tiny_adapter, quest
         assert f"| {name} |" in table
     assert "| writing | 2 |" in table and "Not run: draft-model" in table
     assert f"streams on {rates['positions']} positions" in table
-    assert "pld: lookup chains" in table and "ss+pld: lookup chains" in table
+    assert "\npld: lookup chains" in table and "\nss+pld: lookup chains" in table
     plot(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 

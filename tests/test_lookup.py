@@ -21,6 +21,7 @@ from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
+from specstream_mlx.streams.acceptance import Acceptance
 
 from .test_shared import shared_streams
 from .test_speculative import streams_for
@@ -63,7 +64,7 @@ def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
     for ok in right:
         ahead = truth[len(history) : len(history) + 4]
         proposal = ahead if ok else [0, 1, 2, 3]
-        n = gate.length(history, proposal, 3)
+        n = gate.choose(history, proposal, 3)
         lengths.append(n)
         history = truth[: len(history) + (n if ok else 0) + 1]
     return lengths
@@ -89,9 +90,9 @@ def test_the_gate_trusts_what_followed_a_longer_match_more():
     truth = list(range(1000, 1200))
     for p in range(10, 40):  # 1-gram matches proposing wrong tokens, 3-gram ones right ones
         one = p % 2 == 0
-        gate.length(truth[:p], [0, 1, 2, 3] if one else truth[p : p + 4], 1 if one else 3)
-    assert gate.length(truth[:40], truth[40:44], 3) == 4
-    assert gate.length(truth[:41], truth[41:45], 1) == 0
+        gate.choose(truth[:p], [0, 1, 2, 3] if one else truth[p : p + 4], 1 if one else 3)
+    assert gate.choose(truth[:40], truth[40:44], 3) == 4
+    assert gate.choose(truth[:41], truth[41:45], 1) == 0
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -111,6 +112,21 @@ def test_pld_gated_by_the_latency_curve_equals_plain_greedy(tiny_models, family)
         assert run.stats.tree["lookup_gated"]
     assert runs[0.0].stats.tree_nodes > runs[0.0].stats.forward_passes  # chains drafted
     assert runs[1000.0].stats.tree_nodes == runs[1000.0].stats.forward_passes  # none pays
+
+
+def test_ss_pld_gated_against_the_calibrated_tree_equals_plain_greedy(tiny_models):
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=2)
+    params.acceptance = Acceptance(2, 100, {(0,): 100, (0, 0): 100, (1,): 1})
+    prompt = "a b c a b c a b c a b"
+    plain = ss.generate(loaded, prompt, max_tokens=16)
+    try:
+        loaded.latency_curve = flat_curve(loaded, per_row=0.01)
+        both = ss.generate(loaded, prompt, max_tokens=16, decoder="ss+pld", streams=params)
+    finally:
+        loaded.latency_curve = None
+    assert both.token_ids == plain.token_ids
+    assert both.stats.tree["source"] == "calibrated" and both.stats.tree["lookup_gated"]
 
 
 @EXAMPLES

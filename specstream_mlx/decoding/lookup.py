@@ -25,7 +25,9 @@ def lookup_draft(history: list[int], config: LookupConfig = LookupConfig()) -> l
     return lookup_match(history, config)[0]
 
 
-def lookup_match(history: list[int], config: LookupConfig = LookupConfig()) -> tuple[list, int]:
+def lookup_match(
+    history: list[int], config: LookupConfig = LookupConfig()
+) -> tuple[list[int], int]:
     """`lookup_draft`'s tokens and the length n of the n-gram they follow (0: no match)."""
     tokens = np.asarray(history)
     for n in range(min(config.ngram_max, len(tokens) - 1), config.ngram_min - 1, -1):
@@ -39,19 +41,12 @@ def lookup_match(history: list[int], config: LookupConfig = LookupConfig()) -> t
     return [], 0
 
 
-def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
-    """Prompt lookup as a drafter (decoding.host.Drafter), for one generation: the chain that
-    followed the context's last n-gram before, cut to the length expected to pay by a
-    `LookupGate` over `costs` (None: always the whole chain)."""
-    gate = None if costs is None else LookupGate(costs, config.ngram_max)
-
-    def draft(history: list[int], _hidden) -> Tree:
-        proposal, n = lookup_match(history, config)
-        if gate is not None:
-            proposal = proposal[: gate.length(history, proposal, n)]
-        return draft_tree(history[-1], [[t] for t in proposal])
-
-    return draft
+@dataclass(frozen=True)
+class _Proposal:
+    start: int  # where its tokens would go in the decoded text
+    tokens: list[int]
+    n: int  # the length of the n-gram it followed
+    scored: int = 0  # tokens already scored against the decoded text
 
 
 @dataclass(frozen=True)
@@ -84,8 +79,7 @@ class LookupGate:
         self.costs = costs
         self.first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [n] -> [right, wrong]
         self.next = [0.0, 0.0]
-        # (where it starts, the tokens proposed, its n-gram length, how many are scored)
-        self.pending: list[tuple[int, list[int], int, int]] = []
+        self.pending: list[_Proposal] = []  # not yet settled by the decoded text
 
     def rates(self, n: int) -> tuple[float, float]:
         """After an n-gram match: P(first draft right), P(a draft right | those before right)."""
@@ -99,27 +93,28 @@ class LookupGate:
         for counts in [*self.first, self.next]:
             counts[:] = [c * self.DECAY for c in counts]
         waiting = []
-        for start, proposal, n, scored in self.pending:
-            seen = history[start : start + len(proposal)]
-            for j in range(scored, len(seen)):
-                right = seen[j] == proposal[j]
-                (self.first[n] if j == 0 else self.next)[0 if right else 1] += 1.0
+        for p in self.pending:
+            seen = history[p.start : p.start + len(p.tokens)]
+            for j in range(p.scored, len(seen)):
+                right = seen[j] == p.tokens[j]
+                (self.first[p.n] if j == 0 else self.next)[0 if right else 1] += 1.0
                 if not right:
                     break
             else:
-                if len(seen) < len(proposal):  # right so far: more text will tell
-                    waiting.append((start, proposal, n, len(seen)))
+                if len(seen) < len(p.tokens):  # right so far: more text will tell
+                    waiting.append(_Proposal(p.start, p.tokens, p.n, len(seen)))
         self.pending = waiting
 
-    def length(self, history: list[int], proposal: list[int], n: int) -> int:
-        """How many of `proposal` (the lookup's drafts after `history`, following an n-gram
-        match) to verify: the L with the most expected tokens per ms, 0 when the pass that runs
-        instead does better."""
+    def choose(self, history: list[int], proposal: list[int], n: int) -> int:
+        """Score what `history` settles, keep `proposal` (the lookup's drafts after `history`,
+        following an n-gram match) to score later, and return how many of it to verify: the L
+        with the most expected tokens per ms, 0 when the pass that runs instead does better."""
         self.observe(history)
         if proposal:
-            self.pending.append((len(history), list(proposal), n, 0))
+            self.pending.append(_Proposal(len(history), list(proposal), n))
         costs = self.costs
-        best, best_rate = 0, costs.fallback_tokens / (costs.fallback_ms or costs.chain_ms[0])
+        fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
+        best, best_rate = 0, costs.fallback_tokens / fallback_ms
         first, later = self.rates(n)
         expected, reach = 1.0, first
         for size in range(1, len(proposal) + 1):
@@ -128,3 +123,18 @@ class LookupGate:
             if expected / costs.chain_ms[size] > best_rate:
                 best, best_rate = size, expected / costs.chain_ms[size]
         return best
+
+
+def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
+    """Prompt lookup as a drafter (decoding.host.Drafter), for one generation: the chain that
+    followed the context's last n-gram before, cut to the length expected to pay by a
+    `LookupGate` over `costs` (None: always the whole chain)."""
+    gate = None if costs is None else LookupGate(costs, config.ngram_max)
+
+    def draft(history: list[int], _hidden) -> Tree:
+        proposal, n = lookup_match(history, config)
+        if gate is not None:
+            proposal = proposal[: gate.choose(history, proposal, n)]
+        return draft_tree(history[-1], [[t] for t in proposal])
+
+    return draft
