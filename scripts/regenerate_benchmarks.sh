@@ -119,6 +119,21 @@ steps() {
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
         --data "$D" --limit 16 --max-tokens 64 --methods ar,pld --json $R/bench_gate_qwen_chat.json
 
+    # == The data2text writing tool retrained on 3,000 examples (issue 20) ==
+    # the shipped data2text (scripts/make_task_adapter.sh data2text, about 80 min, not rerun
+    # here): its acceptance on dev items 40-51 (about 1 min), the side-by-side bench on items
+    # 0-9 (about 2 min) and its quality on items 0-39 (about 2 min); the baseline's quality
+    # needs runs/data2text_next_token (`scripts/make_task_adapter.sh data2text --baseline-only`,
+    # about 30 min), run by hand
+    S="The data2text writing tool retrained on 3,000 examples (issue 20)"
+    step "$S" ./dev.sh specstream calibrate --adapter data2text --measure-acceptance --suite e2e \
+        --data "$D/e2e/dev.csv" --limit 12 --max-tokens 96
+    step "$S" ./dev.sh specstream bench --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
+        --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
+        --json $R/bench_e2e_3000.json --markdown $R/bench_e2e_3000.md
+    step "$S" ./dev.sh specstream bench --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
+        --methods ar,mlx-lm --limit 40 --max-tokens 64 --json $R/quality_e2e_3000_shipped.json
+
     # == The sql writing tool retrained on 3,000 examples (issues 20 and 18) ==
     # the shipped sql adapter (scripts/make_task_adapter.sh sql, about 65 min, not rerun here):
     # the curve again, its acceptance on dev items 40-51 (about 2 min), then the side-by-side
@@ -400,5 +415,9 @@ fi
 #   quality_data2text_40): measured on the adapters shipped before their retraining (sql before
 #   063f1d3, data2text before 8c67d98); the steps above rerun the same commands on today's
 #   adapters, so their figures will differ from the document's.
+# - Issue 20's "before" rows of the retrained sql and data2text (bench_*_before_3000.json,
+#   quality_*_3000_before.json) and the gate's "whole chains" rows (bench_gate_*_whole.json):
+#   adapters and code that are no longer current (sql and data2text before 2026-11-26; the
+#   lookup before commit 1deedf0).
 # - The Quickstart's earlier runs (before the float32 dequantization and before issue 9's
 #   tuning): older states of the code.
