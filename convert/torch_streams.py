@@ -27,7 +27,7 @@ from specstream_mlx.decoding.lookup import LookupConfig, lookup_drafter
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.step import Step
 from specstream_mlx.decoding.tree import Tree, msa_mask, prune
-from specstream_mlx.sampling import SamplingParams
+from specstream_mlx.sampling_params import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling (as the MLX runtime)

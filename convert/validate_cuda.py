@@ -31,7 +31,7 @@ from specstream_mlx.bench.report import markdown
 from specstream_mlx.decoding.lookup import LookupConfig
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.jsonl import read_rows
-from specstream_mlx.sampling import SamplingParams
+from specstream_mlx.sampling_params import SamplingParams
 
 from .torch_adapter import load_torch_adapter
 from .torch_base import TorchBase, load_base

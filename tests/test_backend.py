@@ -80,7 +80,7 @@ def test_the_shared_loop_imports_without_mlx():
         "for m in ('mlx', 'mlx.core', 'mlx.nn', 'mlx_lm'): sys.modules[m] = None\n"
         "import specstream_mlx.decoding.host, specstream_mlx.decoding.lookup\n"
         "import specstream_mlx.decoding.rejection, specstream_mlx.streams.config\n"
-        "import specstream_mlx.training.positions\n"
+        "import specstream_mlx.training.positions, specstream_mlx.sampling_params\n"
         "print('ok')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

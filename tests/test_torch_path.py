@@ -3,6 +3,9 @@ torch decoder's exactness, the converter's round trips and its refusals."""
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -460,6 +463,20 @@ def test_convert_bad_folders(tmp_path, capsys):
     (broken / "adapters.safetensors").write_bytes(b"\x00\x01")
     assert run_convert(broken, tmp_path / "x", "--no-check") == 2
     assert "corrupt or truncated" in capsys.readouterr().err
+
+
+def test_the_torch_path_imports_without_mlx():
+    """The GPU machines it is for have torch but no MLX: the validator and trainer must import
+    there (the first CUDA run found specstream_mlx.sampling importing mlx)."""
+    code = (
+        "import sys\n"
+        "for m in ('mlx', 'mlx.core', 'mlx.nn', 'mlx_lm'): sys.modules[m] = None\n"
+        "import convert.validate_cuda, convert.torch_train, convert.torch_adapter\n"
+        "print('ok')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
