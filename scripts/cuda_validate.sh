@@ -10,8 +10,9 @@
 #   device call: carry ["runs/cuda1"], command "true"   (likewise cuda2, cuda3)
 #   device call: carry ["runs/cuda4"], command "bash scripts/cuda_validate.sh run chat"
 #
-# `run ADAPTER` joins the parts, checks their sha256, installs the `gguf` reader from the carried
-# wheel (offline) and writes $OUT/cuda_ADAPTER.json (the bench schema), the markdown table on
+# `run ADAPTER [SUITE]` (SUITE: chat, sql, e2e or dialogsum; 16 prompts each, as the bench
+# reads them) joins the parts, checks their sha256, installs the `gguf` reader from the carried
+# wheel (offline) and writes $OUT/cuda_ADAPTER_SUITE.json (the bench schema), the markdown table on
 # stdout. Rehearse it here with `scripts/cuda_validate.sh rehearse` (CPU, MLX hidden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +26,14 @@ prepare)
     ./dev.sh python - <<'PY'
 import json, os
 from pathlib import Path
-from specstream_mlx.training.chat_prompts import build_chat_mix
+from specstream_mlx.bench.suites import read_suite
 data = Path(os.environ.get("SPECSTREAM_DATA", "../shared/data"))
-with open("runs/cuda1/prompts.jsonl", "w") as f:
-    for category, prompt in build_chat_mix(data, 16, seed=1, split="dev"):
-        f.write(json.dumps({"category": category, "prompt": prompt}) + "\n")
+files = {"chat": data, "sql": data / "sql/dev.jsonl", "e2e": data / "e2e/dev.csv",
+         "dialogsum": data / "dialogsum/dev.jsonl"}
+for suite, path in files.items():
+    with open(f"runs/cuda1/prompts_{suite}.jsonl", "w") as f:
+        for q in read_suite(suite, path, 16):
+            f.write(json.dumps({"category": q.category, "prompt": q.turns[0]}) + "\n")
 PY
     (sha256sum "$gguf" | cut -d' ' -f1) > runs/cuda4/model.gguf.sha256
     du -sh runs/cuda[1-4]
@@ -37,7 +41,8 @@ PY
 rehearse)  # the run step's validation here, on the CPU, with MLX hidden as on the device machine
     mkdir -p runs/cuda && cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
     ./dev.sh python - --model runs/cuda/model.gguf --adapter "${2:-chat}" --device cpu \
-        --prompts runs/cuda1/prompts.jsonl --limit 2 --max-tokens 16 --out runs/cuda_rehearsal.json <<'PY'
+        --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit 2 --max-tokens 16 \
+        --out runs/cuda_rehearsal.json <<'PY'
 import runpy, sys
 sys.modules.update(dict.fromkeys(["mlx", "mlx.core", "mlx.nn", "mlx_lm"]))
 sys.argv[0] = "validate_cuda"
@@ -53,11 +58,12 @@ run)
     python3 -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
     python3 -m convert.validate_cuda --model runs/cuda/model.gguf --adapter "$adapter" \
-        --prompts runs/cuda1/prompts.jsonl --limit "${LIMIT:-16}" --max-tokens "${MAX_TOKENS:-64}" \
-        --out "$out/cuda_$adapter.json"
+        --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit "${LIMIT:-16}" \
+        --max-tokens "${MAX_TOKENS:-64}" \
+        --out "$out/cuda_${adapter}_${3:-chat}.json"
     ;;
 *)
-    echo "usage: scripts/cuda_validate.sh prepare | rehearse [ADAPTER] | run [ADAPTER]" >&2
+    echo "usage: scripts/cuda_validate.sh prepare | rehearse [ADAPTER [SUITE]] | run [ADAPTER [SUITE]]" >&2
     exit 2
     ;;
 esac
