@@ -183,6 +183,7 @@ steps() {
     # ### What a pass costs in the loop (unknown)
     S="One decoding loop: what a pass costs in the loop (issue 18)"
     step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 5 --json $R/loop_overhead.json
+    step "$S" ./dev.sh python benchmarks/async_probe.py
     # ### Shared adapters fused (unknown)
     S="One decoding loop: shared adapters fused (issue 18)"
     step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 --max-tokens 64 \
