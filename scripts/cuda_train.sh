@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Train a writing tool's shared adapter with the PyTorch path on a lent GPU machine (the device
+# tool) and bring it back for MLX: the workflow the project promises (issue 20, item 6). The
+# machine has torch, transformers and peft but no network, and takes 64 MiB a call with the
+# ~34 MB working tree, so the default GGUF travels in the four parts of scripts/cuda_validate.sh
+# and the tasks' train splits, gzipped, beside the last part:
+#
+#   here:         scripts/cuda_train.sh prepare            # runs/cuda1..4 (+ runs/cuda4/data)
+#   device calls: carry ["runs/cuda1"], command "true"       (likewise cuda2, cuda3)
+#   device call:  carry ["runs/cuda4"], command "bash scripts/cuda_train.sh run sql"
+#   here:         ./dev.sh specstream convert --from FILES_AT/sql_torch --to ../runs/sql_gpu
+#
+# `run TASK` (sql, data2text or summarize) trains the shipped adapters' recipe (gamma 4, 8 MSA
+# layers, LoRA rank 8 in every block, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000
+# examples, max length 512) on CUDA and writes the PyTorch adapter folder to $OUT/TASK_torch,
+# its log to $OUT/TASK_train.log. The data files are the project's ../shared/data, carried for
+# the run only (never committed). `rehearse TASK` runs it here on the CPU: 2 steps x 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+files() {  # TASK -> the train file under runs/cuda/data
+    case $1 in
+    sql) echo sql/train.jsonl ;;
+    data2text) echo e2e/train.csv ;;
+    summarize) echo dialogsum/train.jsonl ;;
+    *)
+        echo "unknown task $1 (sql, data2text, summarize)" >&2
+        exit 2
+        ;;
+    esac
+}
+
+train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
+    local task=$1 out=$2 device=$3 steps=$4 batch=$5
+    shift 5
+    "$@" -m convert.torch_train --model runs/cuda/model.gguf --task "$task" \
+        --data "runs/cuda/data/$(files "$task")" --mode shared --gamma 4 --n-msa-layers 8 \
+        --steps "$steps" --batch-size "$batch" --lr 3e-3 --lora-lr 5e-5 --max-length 512 \
+        --device "$device" --out "$out/${task}_torch" --overwrite
+}
+
+case "${1:-}" in
+prepare)
+    [ -f runs/cuda4/model.gguf.part4 ] || bash scripts/cuda_validate.sh prepare
+    data=${SPECSTREAM_DATA:-../shared/data}
+    rm -rf runs/cuda4/data && mkdir -p runs/cuda4/data/sql runs/cuda4/data/e2e runs/cuda4/data/dialogsum
+    for task in sql data2text summarize; do
+        f=$(files $task)
+        gzip -c "$data/$f" > "runs/cuda4/data/$f.gz"
+    done
+    du -sh runs/cuda[1-4]
+    ;;
+rehearse)  # here, on the CPU: the join, the data and two training steps
+    mkdir -p runs/cuda/data && cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
+    f=$(files "${2:-sql}")
+    mkdir -p "runs/cuda/data/$(dirname "$f")" && gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
+    train "${2:-sql}" runs/cuda_train_rehearsal cpu 2 2 ./dev.sh python
+    ;;
+run)
+    task=${2:?usage: scripts/cuda_train.sh run TASK}
+    out=${OUT:-runs}
+    mkdir -p runs/cuda/data
+    cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
+    echo "$(cat runs/cuda4/model.gguf.sha256)  runs/cuda/model.gguf" | sha256sum -c -
+    f=$(files "$task")
+    mkdir -p "runs/cuda/data/$(dirname "$f")" && gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
+    python3 -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+    train "$task" "$out" cuda "${STEPS:-750}" "${BATCH:-4}" python3 2>&1 | tee "$out/${task}_train.log"
+    ;;
+*)
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK" >&2
+    exit 2
+    ;;
+esac
