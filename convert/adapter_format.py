@@ -264,8 +264,9 @@ def peft_config(cfg: StreamConfig, targets: list[str], base_name: str | None) ->
         "use_rslora": False,
         "use_dora": False,
         "modules_to_save": None,
-        "layers_to_transform": None,
-        "layers_pattern": None,
+        # LoRA in the blocks the adapter stores (its stream config's lora_blocks), or every one
+        "layers_to_transform": None if cfg.lora_blocks is None else list(cfg.lora_blocks),
+        "layers_pattern": None if cfg.lora_blocks is None else "layers",
         "rank_pattern": {},
         "alpha_pattern": {},
         "inference_mode": True,
@@ -335,8 +336,9 @@ def _read_with_bfloat16(path: Path) -> dict[str, np.ndarray]:
 
 
 def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]) -> None:
-    """Only what the MLX runtime computes: LoRA on every linear layer of every block, one rank,
-    scale alpha / r, no DoRA, no bias, no fully trained modules."""
+    """Only what the MLX runtime computes: LoRA on every linear layer of every block (or of the
+    blocks the stream config's lora_blocks names), one rank, scale alpha / r, no DoRA, no bias,
+    no fully trained modules."""
     if not isinstance(peft, dict):
         problems.append(f"{PEFT_CONFIG} is not a JSON object")
         return
@@ -364,10 +366,17 @@ def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]
         )
     if peft.get("use_dora"):
         problems.append("PEFT use_dora=True is not supported by the MLX runtime")
+    blocks = peft.get("layers_to_transform")
+    if blocks not in (None, []):  # LoRA in some blocks: the ones the stream config names
+        if cfg.lora_blocks is None or list(blocks) != list(cfg.lora_blocks):
+            problems.append(
+                f"PEFT layers_to_transform={blocks!r} disagrees with the stream config's "
+                f"lora_blocks={cfg.lora_blocks!r}"
+            )
+        if peft.get("layers_pattern") not in (None, "layers", ["layers"]):
+            problems.append(f"PEFT layers_pattern={peft['layers_pattern']!r}: only 'layers'")
     for key in (
         "modules_to_save",
-        "layers_to_transform",
-        "layers_pattern",
         "rank_pattern",
         "alpha_pattern",
         "exclude_modules",

@@ -101,7 +101,9 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
     have = {k: tuple(v.shape) for k, v in src.tensors.items()}
     if cfg.mode == "shared":
-        expected.update(expected_lora(base, cfg.lora_rank))
+        lora = expected_lora(base, cfg.lora_rank)
+        stored = cfg.lora_blocks  # an adapter may store only the blocks its LoRA trained
+        expected.update({k: v for k, v in lora.items() if stored is None or _block(k) in stored})
         have.update({k: tuple(v.shape) for k, v in src.lora.items()})
     problems = [f"missing tensor {k} {list(s)}" for k, s in expected.items() if k not in have]
     problems += [f"unexpected tensor {k}" for k in have if k not in expected]
@@ -144,15 +146,15 @@ def remove_lora(base: TorchBase) -> None:
 
 def _put_lora(base: TorchBase, src: Folder) -> None:
     """The adapter's LoRA on the base through PEFT, in the blocks whose LoRA does anything: an
-    adapter trained with LoRA in its top blocks only (`--lora-layers`) stores zero B in the
-    others, which would add exact zeros at the cost of two kernels per projection (~50% a
-    token on a GPU)."""
+    adapter trained with LoRA in its top blocks only (`--lora-layers`) has zero (or no) LoRA in
+    the others, where PEFT would add exact zeros at the cost of two kernels per projection
+    (~50% a token on a GPU)."""
     from peft import PeftModel
 
     remove_lora(base)
     lora, peft = src.lora, src.peft_config
     active = _blocks_with_lora(lora)
-    if 0 < len(active) < len(_blocks(lora)):
+    if active and active != set(range(base.config["num_hidden_layers"])):
         lora = {k: v for k, v in lora.items() if _block(k) in active}
         peft = {**peft, "layers_to_transform": sorted(active), "layers_pattern": "layers"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -167,10 +169,6 @@ def _put_lora(base: TorchBase, src: Folder) -> None:
 def _block(name: str) -> int:
     """The block index in a PEFT LoRA tensor name (...model.layers.<i>....)."""
     return int(name.split(".layers.", 1)[1].split(".", 1)[0])
-
-
-def _blocks(lora: dict) -> set[int]:
-    return {_block(k) for k in lora}
 
 
 def _blocks_with_lora(lora: dict) -> set[int]:

@@ -7,6 +7,7 @@ can reuse it for rejection sampling and stay distribution-exact.
 from __future__ import annotations
 
 import random
+
 import mlx.core as mx
 
 from .sampling_params import SamplingParams

@@ -302,3 +302,58 @@ def test_a_pass_heads_only_the_streams_it_drafts_from(shared_models):
         assert {s.tree_nodes for s in steps[1:]} == {4}
         on_device = Decoder(loaded.model, arch, params, policy, passes=passes)
         assert [t for s in decode(on_device, prompt, 12) for t in s.tokens] == plain
+
+
+@pytest.mark.parametrize("fused", [True, False])  # unfused: as on a quantized base
+def test_lora_of_the_top_blocks_alone_is_stored_alone_and_decodes_the_same(
+    tiny_folders, tmp_path, monkeypatch, fused
+):
+    """An adapter whose LoRA trained in its top blocks only (train --lora-layers) stores those
+    blocks alone, named in lora_blocks, and decodes exactly as the same adapter stored whole."""
+    from mlx.utils import tree_unflatten as unflatten
+    from safetensors.numpy import load_file, save_file
+
+    from specstream_mlx.streams import adapter_io
+    from specstream_mlx.streams.lora import expected_lora_shapes
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    top = loaded.config["num_hidden_layers"] - 1
+    params = shared_streams(loaded, 1, gamma=2, n_msa_layers=1, lora_rank=4, lora_scale=2.0)
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    randomize_lora(loaded.model, seed=3)
+    noisy = save_adapter(tmp_path / "noisy", params, loaded)  # LoRA in every block
+    below = [  # zero LoRA below the top block, as training with lora_layers=1 leaves it
+        (k[len("lora.") :], mx.zeros(v.shape))
+        for k, v in lora_weights(loaded.model).items()
+        if f".layers.{top}." not in k
+    ]
+    loaded.model.update(unflatten(below))
+    sparse = save_adapter(tmp_path / "sparse", params, loaded)
+    config = json.loads((sparse / "adapter_config.json").read_text())
+    assert config["stream_config"]["lora_blocks"] == [top]
+    stored = [k for k in config["shapes"] if k.startswith("lora.")]
+    assert stored and all(f".layers.{top}." in k for k in stored)
+
+    whole = tmp_path / "whole"  # the same adapter in the format that stores every block
+    whole.mkdir()
+    tensors = load_file(str(sparse / "adapters.safetensors"))
+    for k, shape in expected_lora_shapes(loaded.model, 4).items():
+        tensors.setdefault(k, np.zeros(shape, np.float32))
+    save_file(tensors, str(whole / "adapters.safetensors"))
+    config["stream_config"]["lora_blocks"] = None
+    config["shapes"] = {k: list(v.shape) for k, v in tensors.items()}
+    (whole / "adapter_config.json").write_text(json.dumps(config))
+    size = (sparse / "adapters.safetensors").stat().st_size
+    assert size < (whole / "adapters.safetensors").stat().st_size
+
+    if not fused:
+        monkeypatch.setattr(adapter_io, "can_fuse", lambda model, lora: False)
+    runs = []
+    for folder in (sparse, whole):
+        fresh = ss.load(str(tiny_folders["llama"]))
+        load_adapter(noisy, fresh)  # swapped out: its LoRA must not stay in the blocks below
+        streams = load_adapter(folder, fresh)
+        assert (fresh.fused is not None) == fused
+        out = ss.generate(fresh, "a b c a b c", max_tokens=12, decoder="ss", streams=streams)
+        runs.append(out.token_ids)
+    assert runs[0] == runs[1] and len(runs[0]) == 12

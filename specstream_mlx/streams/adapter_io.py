@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -21,11 +21,13 @@ from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
     apply_lora,
+    blocks_in_use,
     can_fuse,
     current_lora,
     expected_lora_shapes,
     fuse_lora,
     load_lora_weights,
+    lora_block,
     lora_settings,
     lora_weights,
     put_back_lora,
@@ -69,10 +71,13 @@ def save_adapter(
                 f"a shared-mode adapter needs LoRA layers {want} on the model; it has "
                 f"{lora_settings(loaded.model) or 'none'}"
             )
-        weights.update(lora_weights(loaded.model))
+        lora, stream_config = _stored_lora(lora_weights(loaded.model), params.config)
+        weights.update(lora)
+    else:
+        stream_config = params.config
     config = {
         "format_version": FORMAT_VERSION,
-        "stream_config": params.config.to_dict(),
+        "stream_config": stream_config.to_dict(),
         "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
         "shapes": {name: list(w.shape) for name, w in weights.items()},
         **(extra or {}),
@@ -82,6 +87,16 @@ def save_adapter(
         more[ACCEPTANCE_FILE] = params.acceptance.to_dict()
     write_folder(folder, weights, config, more=more)
     return folder
+
+
+def _stored_lora(lora: dict, config: StreamConfig) -> tuple[dict, StreamConfig]:
+    """The LoRA tensors a file holds: those of the blocks where b is nonzero (an adapter trained
+    with LoRA in its top blocks only stores nothing below them), named in `lora_blocks`."""
+    used, every = blocks_in_use(lora), {lora_block(k) for k in lora}
+    if not used or used == every:
+        return lora, replace(config, lora_blocks=None)
+    kept = {k: v for k, v in lora.items() if lora_block(k) in used}
+    return kept, replace(config, lora_blocks=tuple(sorted(used)))
 
 
 def save_lora_adapter(
@@ -237,16 +252,20 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     expected = {name: tuple(w.shape) for name, w in tree_flatten(params.parameters())}
     shared = stream_config.mode == "shared"
     lora_names: set[str] = set()
+    every: dict[str, tuple[int, ...]] = {}
     if shared:
-        lora = expected_lora_shapes(loaded.model, stream_config.lora_rank)
-        lora_names = set(lora)
-        expected.update(lora)
+        every = expected_lora_shapes(loaded.model, stream_config.lora_rank)
+        stored = stream_config.lora_blocks
+        lora_names = {k for k in every if stored is None or lora_block(k) in stored}
+        expected.update({k: every[k] for k in lora_names})
     problems = _misfits(expected, weights)
     if problems:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     weights = {k: v.astype(mx.float32) for k, v in weights.items()}
     params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
     lora = {k: weights[k] for k in lora_names}
+    # the blocks the file leaves out carry zero LoRA (skipped when fused)
+    lora.update({k: mx.zeros(shape) for k, shape in every.items() if k not in lora_names})
     mx.eval(params.parameters(), lora)
     params.acceptance = _acceptance(folder, stream_config)
     if not shared:

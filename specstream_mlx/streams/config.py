@@ -21,6 +21,9 @@ class StreamConfig:
     mode: str = "lossless"  # lossless: frozen base; shared: LoRA in all layers, main sees streams
     lora_rank: int = 8  # shared mode: rank of the LoRA adapters in every layer
     lora_scale: float = 20.0  # shared mode: LoRA output scale (mlx-lm's; PEFT's alpha / r)
+    # Shared mode: the blocks whose LoRA the adapter's file holds; the others' LoRA is zero (an
+    # adapter trained with LoRA in its top blocks only) and is not stored. None: every block.
+    lora_blocks: tuple[int, ...] | None = None
     # Shared mode: prompt tokens carry streams too (the main stream attends to them). The paper
     # runs streams only from the last prompt token on (Appendix I), so the prompt is prefilled
     # plainly; adapters saved before this field existed ran them everywhere (from_dict).
@@ -68,6 +71,7 @@ class StreamConfig:
             problems.append(f"lora_rank must be >= 1 in shared mode, got {self.lora_rank}")
         if not 0 < self.lora_scale < float("inf"):
             problems.append(f"lora_scale must be a positive number, got {self.lora_scale}")
+        problems += _blocks_problems(self.lora_blocks, n_layers)
         if not isinstance(self.prompt_streams, bool):
             problems.append(f"prompt_streams must be true or false, got {self.prompt_streams!r}")
         if not isinstance(self.shared_stream_adapters, bool):
@@ -106,7 +110,20 @@ class StreamConfig:
         known = {f.name for f in fields(cls)}
         if data.get("mode") == "shared":  # adapters made before these fields existed
             data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
-        return cls(**{k: v for k, v in data.items() if k in known and k != "tree"})
+        out = {k: v for k, v in data.items() if k in known and k != "tree"}
+        if isinstance(out.get("lora_blocks"), list):
+            out["lora_blocks"] = tuple(out["lora_blocks"])
+        return cls(**out)
+
+
+def _blocks_problems(blocks, n_layers: int | None) -> list[str]:
+    if blocks is None:
+        return []
+    ok = isinstance(blocks, tuple) and all(type(b) is int for b in blocks)
+    if ok and list(blocks) == sorted(set(blocks)) and all(b >= 0 for b in blocks):
+        if n_layers is None or all(b < n_layers for b in blocks):
+            return []
+    return [f"lora_blocks must be increasing block indices, got {blocks!r}"]
 
 
 def _tree_problems(tree, gamma: int) -> list[str]:

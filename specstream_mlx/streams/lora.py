@@ -153,6 +153,19 @@ def lora_weights(model: nn.Module) -> dict[str, mx.array]:
     }
 
 
+def lora_block(name: str) -> int:
+    """The block index in a LoRA tensor name (PREFIX + model.layers.<i>. ...)."""
+    return int(name.split(".layers.", 1)[1].split(".", 1)[0])
+
+
+def blocks_in_use(lora: dict[str, mx.array]) -> set[int]:
+    """The blocks whose LoRA b is nonzero: the others add nothing."""
+    names = [k for k in lora if k.endswith(".lora_b")]
+    used = [mx.any(lora[k] != 0) for k in names]
+    mx.eval(used)
+    return {lora_block(k) for k, u in zip(names, used, strict=True) if u.item()}
+
+
 def load_lora_weights(model: nn.Module, weights: dict[str, mx.array]) -> None:
     """Point the LoRA layers at `weights` (PREFIX + parameter path -> tensor). Each tensor is set
     where its path leads (modules are dicts, layer lists are indexed): far quicker than
