@@ -2,7 +2,7 @@
 # Train a writing tool's shared adapter with the PyTorch path on a lent GPU machine (the device
 # tool) and bring it back for MLX: the workflow the project promises (issue 20, item 6). The
 # machine has torch, transformers and peft but no network, and takes 64 MiB a call with the
-# ~34 MB working tree, so the default GGUF travels in the four parts of scripts/cuda_validate.sh
+# ~20 MB working tree, so the default GGUF travels in the four parts of scripts/cuda_validate.sh
 # and the tasks' train splits, gzipped, beside the last part:
 #
 #   here:         scripts/cuda_train.sh prepare            # runs/cuda1..4 (+ runs/cuda4/data)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The PyTorch path's CUDA validation on a lent GPU machine (the device tool), which has torch,
 # transformers and peft but no MLX, no network, and takes at most 64 MiB per call, the working
-# tree included (about 34 MB). The default model's GGUF (98 MB) therefore travels in four parts,
+# tree included (about 20 MB). The default model's GGUF (98 MB) therefore travels in four parts,
 # in four calls made within the machine's 30 s keep-warm window (ignored paths a call carries
 # stay there for the next):
 #
