@@ -27,9 +27,13 @@ from .torch_streams import TorchStreams
 
 
 def lora_config(cfg: StreamConfig):
-    """Shared mode's LoRA as PEFT builds it: every linear layer of every block."""
+    """Shared mode's LoRA as PEFT builds it: every linear layer of every block (of the blocks
+    `cfg.lora_blocks` names, when it does)."""
     from peft import LoraConfig
 
+    blocks = {}
+    if cfg.lora_blocks is not None:
+        blocks = {"layers_to_transform": list(cfg.lora_blocks), "layers_pattern": "layers"}
     return LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_scale * cfg.lora_rank,
@@ -37,6 +41,7 @@ def lora_config(cfg: StreamConfig):
         target_modules=list(LORA_MODULES),
         bias="none",
         task_type="CAUSAL_LM",
+        **blocks,
     )
 
 

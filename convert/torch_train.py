@@ -323,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--lora-lr", type=float, default=5e-5)
+    p.add_argument(
+        "--lora-layers",
+        type=int,
+        default=0,
+        help="shared mode: LoRA in the top N blocks only, as MLX's train --lora-layers (0: all)",
+    )
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--limit", type=int, default=None, help="use the first N examples")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -339,7 +345,12 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = _ChatIds(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
         examples = data.examples[: args.limit]
-        config = StreamConfig(gamma=args.gamma, n_msa_layers=args.n_msa_layers, mode=args.mode)
+        config = StreamConfig(
+            gamma=args.gamma,
+            n_msa_layers=args.n_msa_layers,
+            mode=args.mode,
+            lora_blocks=_top_blocks(args, base.config["num_hidden_layers"]),
+        )
         config.validate(base.config["num_hidden_layers"])
         torch.manual_seed(args.seed)
         streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
@@ -371,6 +382,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote {out} (for the Mac: specstream convert --from {out} --to {out}-mlx)")
     return 0
+
+
+def _top_blocks(args, n_layers: int) -> tuple[int, ...] | None:
+    """The blocks --lora-layers puts LoRA in (None: every block)."""
+    if not args.lora_layers:
+        return None
+    if args.mode != "shared":
+        raise SpecstreamError("--lora-layers is for shared mode's LoRA")
+    if not args.n_msa_layers <= args.lora_layers <= n_layers:
+        raise SpecstreamError(
+            f"--lora-layers must be in [{args.n_msa_layers}, {n_layers}] (at least the MSA "
+            f"layers), got {args.lora_layers}"
+        )
+    return tuple(range(n_layers - args.lora_layers, n_layers))
 
 
 class _ChatIds:

@@ -11,8 +11,8 @@
 #   here:         ./dev.sh specstream convert --from FILES_AT/sql_torch --to ../runs/sql_gpu
 #
 # `run TASK` (sql, data2text or summarize) trains the shipped adapters' recipe (gamma 4, 8 MSA
-# layers, LoRA rank 8 in every block, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000
-# examples, max length 512) on CUDA and writes the PyTorch adapter folder to $OUT/TASK_torch,
+# layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3,
+# LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512) on CUDA and writes the PyTorch adapter folder to $OUT/TASK_torch,
 # its log to $OUT/TASK_train.log. The data files are the project's ../shared/data, carried for
 # the run only (never committed). `rehearse TASK` runs it here on the CPU: 2 steps x 2.
 set -euo pipefail
@@ -36,7 +36,7 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     "$@" -m convert.torch_train --model runs/cuda/model.gguf --task "$task" \
         --data "runs/cuda/data/$(files "$task")" --mode shared --gamma 4 --n-msa-layers 8 \
         --steps "$steps" --batch-size "$batch" --lr 3e-3 --lora-lr 5e-5 --max-length 512 \
-        --device "$device" --out "$out/${task}_torch" --overwrite
+        --lora-layers "${LORA_LAYERS:-0}" --device "$device" --out "$out/${task}_torch" --overwrite
 }
 
 case "${1:-}" in

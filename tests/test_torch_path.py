@@ -302,9 +302,12 @@ def trained(pairs, tmp_path_factory, data):
     e2e.examples = [e for e in e2e.examples if len(e.ids) <= 200][:8]
     assert len(e2e.examples) == 8, "too few short E2E rows"
     out = {}
-    for mode in ("lossless", "shared"):
+    for name in ("lossless", "shared", "shared_top"):  # shared_top: LoRA in the top 2 blocks
         base = load_base(base0.name)
-        cfg = StreamConfig(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=8, mode=mode)
+        mode, blocks = ("shared", (2, 3)) if name == "shared_top" else (name, None)
+        cfg = StreamConfig(
+            gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=8, mode=mode, lora_blocks=blocks
+        )
         torch.manual_seed(0)
         streams = TorchStreams(cfg, base.config["hidden_size"])
         if mode == "shared":
@@ -316,11 +319,11 @@ def trained(pairs, tmp_path_factory, data):
             TrainConfig(steps=4, batch_size=2, learning_rate=3e-3, lora_learning_rate=1e-3),
         )
         assert len(rows) == 4 and all(np.isfinite(r["loss"]) for r in rows)
-        out[mode] = (save_torch_adapter(root / mode, streams, base), e2e)
+        out[name] = (save_torch_adapter(root / name, streams, base), e2e)
     return out
 
 
-@pytest.mark.parametrize("mode", ["lossless", "shared"])
+@pytest.mark.parametrize("mode", ["lossless", "shared", "shared_top"])
 def test_torch_trained_adapter_converts_and_decodes_identically_in_mlx(
     trained, pairs, mode, tmp_path, capsys
 ):
@@ -334,6 +337,11 @@ def test_torch_trained_adapter_converts_and_decodes_identically_in_mlx(
         == 0
     )
     assert "torch -> mlx" in capsys.readouterr().out
+    if mode == "shared_top":  # trained with LoRA in blocks 2 and 3: only they are stored
+        config = json.loads((mlx_folder / "adapter_config.json").read_text())
+        assert config["stream_config"]["lora_blocks"] == [2, 3]
+        lora = {k.split(".layers.")[1].split(".")[0] for k in config["shapes"] if "lora" in k}
+        assert lora == {"2", "3"}
     base = load_base(str(loaded.path))
     streams = load_torch_adapter(folder, base)
     params = load_adapter(mlx_folder, loaded)
@@ -341,7 +349,7 @@ def test_torch_trained_adapter_converts_and_decodes_identically_in_mlx(
         prompt = data.examples[0].ids[: data.examples[0].loss_mask.index(True)]
         m, t = decode_both(loaded, params, base, streams, prompt, 24)
         assert [s.tokens for s in m] == [s.tokens for s in t]
-        if mode == "shared":  # a PEFT folder: transformers + peft load it as they are
+        if mode != "lossless":  # a PEFT folder: transformers + peft load it as they are
             from peft import PeftModel
 
             plain = load_base(str(loaded.path))
@@ -607,6 +615,14 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     bad = [*argv[:3], str(tmp_path / "missing.csv"), *argv[4:6], "--out", str(tmp_path / "z")]
     assert torch_train.main(bad) == 2
     assert not (tmp_path / "z").exists()
+    top = [*argv[:7], str(tmp_path / "top"), *argv[8:], "--lora-layers", "2"]
+    assert torch_train.main(top) == 0  # LoRA in the top 2 blocks, as MLX's --lora-layers
+    assert json.loads((tmp_path / "top" / "stream_config.json").read_text())["stream_config"][
+        "lora_blocks"
+    ] == [2, 3]
+    low = [*argv[:7], str(tmp_path / "low"), *argv[8:], "--lora-layers", "1"]
+    assert torch_train.main(low) == 2  # below the MSA layers
+    assert "--lora-layers must be in [2, 4]" in capsys.readouterr().err
 
 
 def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
