@@ -90,15 +90,12 @@ def _expected(loaded, cfg):
     from mlx.utils import tree_flatten
 
     from specstream_mlx.streams.adapter_io import base_fingerprint
-    from specstream_mlx.streams.lora import expected_lora_shapes, lora_block
+    from specstream_mlx.streams.lora import expected_lora_shapes
     from specstream_mlx.streams.params import StreamParams
 
     cfg.validate(loaded.config["num_hidden_layers"])
     params = StreamParams(cfg, loaded.config["hidden_size"])
     expected = {k: tuple(v.shape) for k, v in tree_flatten(params.parameters())}
     if cfg.mode == "shared":
-        stored = cfg.lora_blocks  # an adapter may store only the blocks its LoRA trained
-        lora = expected_lora_shapes(loaded.model, cfg.lora_rank)
-        keep = [k for k in lora if stored is None or lora_block(k) in stored]
-        expected.update({k: lora[k] for k in keep})
+        expected.update(expected_lora_shapes(loaded.model, cfg.lora_rank, cfg.lora_blocks))
     return base_fingerprint(loaded), expected

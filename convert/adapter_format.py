@@ -367,6 +367,7 @@ def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]
     if peft.get("use_dora"):
         problems.append("PEFT use_dora=True is not supported by the MLX runtime")
     blocks = peft.get("layers_to_transform")
+    blocks = [blocks] if isinstance(blocks, int) else blocks  # PEFT takes one index too
     if blocks not in (None, []):  # LoRA in some blocks: the ones the stream config names
         if cfg.lora_blocks is None or list(blocks) != list(cfg.lora_blocks):
             problems.append(

@@ -106,9 +106,7 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
     have = {k: tuple(v.shape) for k, v in src.tensors.items()}
     if cfg.mode == "shared":
-        lora = expected_lora(base, cfg.lora_rank)
-        stored = cfg.lora_blocks  # an adapter may store only the blocks its LoRA trained
-        expected.update({k: v for k, v in lora.items() if stored is None or _block(k) in stored})
+        expected.update(expected_lora(base, cfg.lora_rank, cfg.lora_blocks))
         have.update({k: tuple(v.shape) for k, v in src.lora.items()})
     problems = [f"missing tensor {k} {list(s)}" for k, s in expected.items() if k not in have]
     problems += [f"unexpected tensor {k}" for k in have if k not in expected]
@@ -129,11 +127,16 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     return streams
 
 
-def expected_lora(base: TorchBase, rank: int) -> dict[str, tuple[int, int]]:
-    """PEFT tensor name -> shape of shared mode's LoRA on every linear layer of every block."""
+def expected_lora(
+    base: TorchBase, rank: int, blocks: tuple[int, ...] | None = None
+) -> dict[str, tuple[int, int]]:
+    """PEFT tensor name -> shape of shared mode's LoRA on every linear layer of every block (of
+    `blocks` alone when given: an adapter's lora_blocks, what its file holds)."""
     lm = base.model.get_base_model() if hasattr(base.model, "peft_config") else base.model
     out = {}
     for i, layer in enumerate(lm.model.layers):
+        if blocks is not None and i not in blocks:
+            continue
         for path in LORA_MODULES.values():
             linear = layer.get_submodule(path)
             linear = getattr(linear, "base_layer", linear)  # already wrapped by PEFT

@@ -449,6 +449,7 @@ def test_convert_lists_every_missing_and_misshapen_tensor(trained, tiny_folders,
         ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
         ({"target_modules": None}, "target_modules is missing"),
         ({"layers_to_transform": [0]}, "disagrees with the stream config's lora_blocks"),
+        ({"layers_to_transform": 0}, "disagrees with the stream config's lora_blocks"),
     ],
 )
 def test_convert_refuses_peft_settings_mlx_cannot_run(trained, tmp_path, capsys, change, message):

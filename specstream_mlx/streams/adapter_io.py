@@ -255,9 +255,11 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     every: dict[str, tuple[int, ...]] = {}
     if shared:
         every = expected_lora_shapes(loaded.model, stream_config.lora_rank)
-        stored = stream_config.lora_blocks
-        lora_names = {k for k in every if stored is None or lora_block(k) in stored}
-        expected.update({k: every[k] for k in lora_names})
+        stored = expected_lora_shapes(
+            loaded.model, stream_config.lora_rank, stream_config.lora_blocks
+        )
+        lora_names = set(stored)
+        expected.update(stored)
     problems = _misfits(expected, weights)
     if problems:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))

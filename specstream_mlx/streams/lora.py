@@ -27,11 +27,16 @@ def lora_settings(model: nn.Module) -> set[tuple[int, float]]:
     }
 
 
-def expected_lora_shapes(model: nn.Module, rank: int) -> dict[str, tuple[int, ...]]:
+def expected_lora_shapes(
+    model: nn.Module, rank: int, blocks: tuple[int, ...] | None = None
+) -> dict[str, tuple[int, ...]]:
     """The LoRA tensors `apply_lora(model, rank, ...)` would create, without touching the model:
-    name -> shape. Quantized layers count their unpacked input size."""
+    name -> shape; of `blocks` alone when given (an adapter's lora_blocks: what its file holds).
+    Quantized layers count their unpacked input size."""
     shapes = {}
     for i, layer in enumerate(model.model.layers):
+        if blocks is not None and i not in blocks:
+            continue
         wrapped = [n for n, m in layer.named_modules() if isinstance(m, LoRALinear)]
         for name, m in layer.named_modules():
             if any(name.startswith(w + ".") for w in wrapped):
