@@ -3,6 +3,7 @@ model with its adapters."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import sys
@@ -48,6 +49,14 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--max-resident", type=positive_int, default=8, help="adapters kept in memory (LRU)"
     )
+    p.add_argument(
+        "--keep-fused",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep each resident adapter's fused weights, so that swapping back costs a few "
+        "ms instead of fusing again (default; memory: the weights its LoRA touches, about "
+        "110 MB for a top-8 adapter of SmolLM2-135M)",
+    )
     p.set_defaults(run=run)
 
 
@@ -73,7 +82,7 @@ def run(args) -> int:
     sock = bind(args.host, args.port)  # a taken port fails now, before the model loads
     try:
         loaded = ss.load(args.model, precision=args.precision)
-        manager = AdapterManager(loaded, max_resident=args.max_resident)
+        manager = AdapterManager(loaded, max_resident=args.max_resident, keep_fused=args.keep_fused)
         for name, folder in extra.items():
             manager.register(name, folder)
     except BaseException:

@@ -1,10 +1,11 @@
 """Adapter swap latency and memory with the AdapterManager (issue 6): swaps between resident
 adapters, cold loads of each shipped adapter from its folder, and each adapter's resident bytes.
 
-    ./dev.sh python benchmarks/adapter_swap.py [--rounds 50] [--json OUT.json]
+    ./dev.sh python benchmarks/adapter_swap.py [--rounds 50] [--no-keep-fused] [--json OUT.json]
 
-A swap is `manager.activate(name)` with `name` already in memory (the LoRA layers re-pointed and
-the streams exchanged); a cold load reads, checks and puts on an adapter that is not resident.
+A swap is `manager.activate(name)` with `name` already in memory (its fused weights put back,
+or with --no-keep-fused computed again from the base, and the streams exchanged); a cold load
+reads, checks and puts on an adapter that is not resident.
 Medians and 90th percentiles over the rounds.
 """
 
@@ -25,11 +26,12 @@ from specstream_mlx.provenance import provenance
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--keep-fused", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
     loaded = ss.load()
-    manager = AdapterManager(loaded)
+    manager = AdapterManager(loaded, keep_fused=args.keep_fused)
     names = manager.names()
     order = ["chat", "sql", "summarize", "data2text", "sql", "chat", "data2text", "summarize"]
     manager.times.swaps.clear()
@@ -62,6 +64,7 @@ def main() -> None:
             }
             for n, v in cold.items()
         },
+        "keep_fused": args.keep_fused,
         "resident_bytes": manager.resident(),
         **provenance(),
     }

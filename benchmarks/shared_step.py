@@ -8,9 +8,11 @@ steps pipelined as in decoding, medians of `--rounds` interleaved rounds) of:
 - adapter: the adapter as it decodes (fused LoRA, its streams and their adapters);
 - no stream adapters: the same without the streams' own adapters (what they cost);
 - LoRA only: the adapter's fused model without its streams (what fused LoRA costs).
+With `--precision q8` (or q4) the base is quantized and the LoRA runs unfused (LoRALinear layers
+on the blocks the adapter stores).
 
-    ./dev.sh python benchmarks/shared_step.py [--adapter sql] [--rounds 9] [--steps 100]
-        [--json OUT]
+    ./dev.sh python benchmarks/shared_step.py [--adapter sql] [--precision float32] [--rounds 9]
+        [--steps 100] [--json OUT]
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ def main() -> None:
     parser.add_argument("--adapter", default="sql")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--precision", default="float32")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    loaded = ss.load()
+    loaded = ss.load(precision=args.precision)
     manager = AdapterManager(loaded)
     with manager.use(args.adapter) as session:
         cfg = session.streams.config if session.streams is not None else None
@@ -88,8 +91,9 @@ def main() -> None:
     times = {k: [r[k] for r in rounds] for k in rounds[0]}
     ms = {k: round(statistics.median(v), 2) for k, v in times.items()}
     print(
-        f"{args.adapter}: {cfg.gamma} streams in {cfg.n_msa_layers} MSA layers; ms per plain "
-        f"step, medians of {args.rounds} rounds of {args.steps} steps ({CONTEXT} cached)"
+        f"{args.adapter} ({args.precision}): {cfg.gamma} streams in {cfg.n_msa_layers} MSA "
+        f"layers; ms per plain step, medians of {args.rounds} rounds of {args.steps} steps "
+        f"({CONTEXT} cached)"
     )
     print("| step | ms | base / this |")
     print("|---|---:|---:|")
@@ -98,6 +102,7 @@ def main() -> None:
     if args.json:
         record = {
             "adapter": args.adapter,
+            "precision": args.precision,
             "gamma": cfg.gamma,
             "n_msa_layers": cfg.n_msa_layers,
             "rounds": args.rounds,

@@ -468,15 +468,18 @@ def measure_acceptance(
     source: str = "",
     on_prompt=None,
 ) -> Acceptance:
-    """Acceptance statistics of `params` measured by greedy decoding: after every pass, the
-    rank of each later decided token among its stream's proposals (the streams' own tree
-    drafts meanwhile). `loaded` must carry the adapter (shared mode: its LoRA layers).
+    """Acceptance statistics of `params` measured by greedy decoding: at every decided
+    position, the rank of each later token among its stream's proposals. The decode drafts
+    nothing (one token a pass, the streams probed at each), so every position counts once,
+    not only those after a pass's last accepted draft, which a speculative decode would
+    give and which skew towards positions right after a correction. `loaded` must carry the
+    adapter (shared mode: its LoRA layers).
     `on_prompt(done, total, positions)` follows the prompts (a progress display)."""
     from .decoding.plan import ranks_of
     from .prompts import encode_prompt
 
     arch = arch_of(loaded.model, loaded.config["model_type"])
-    policy = TreePolicy.of(params.config)
+    policy = TreePolicy()  # nothing drafted: a probe at every position
     rows = []
     for number, prompt in enumerate(prompts, start=1):
         ids = prompt if isinstance(prompt, list) else encode_prompt(loaded, prompt)

@@ -2,13 +2,16 @@
 
 Adapters are read and checked against the base once, kept in memory (least recently used ones
 dropped beyond `max_resident`, re-read on their next use), and made active per request:
-shared-mode LoRA is fused into the weights, computed afresh from the untouched base at every
-swap (streams.lora.fuse_lora; unfused on a quantized base), and the request gets a session: a
-LoadedModel of its own that carries the adapter's streams and name and shares the model, the
-tokenizer and the caches of compiled passes and chosen trees with the base, whose own `streams`
-and `adapter` stay None. One lock serialises requests on the model, so threads (a server's
-requests) can share a manager safely: a request holds the model for the whole of its generation,
-and a session is valid only inside its `use` block (the weights are the next adapter's after).
+shared-mode LoRA is fused into the weights, computed from the untouched base when the adapter
+is first made active (streams.lora.fuse_lora; unfused on a quantized base) and kept with the
+resident adapter, so that a swap back puts those weights in place instead of computing them
+again (keep_fused=False: computed afresh at every swap, less memory). The request gets a
+session: a LoadedModel of its own that carries the adapter's streams and name and shares the
+model, the tokenizer and the caches of compiled passes and chosen trees with the base, whose
+own `streams` and `adapter` stay None. One lock serialises requests on the model, so threads
+(a server's requests) can share a manager safely: a request holds the model for the whole of its
+generation, and a session is valid only inside its `use` block (the weights are the next
+adapter's after).
 
     manager = AdapterManager(ss.load())          # the shipped adapters registered by name
     with manager.use("sql") as session:
@@ -27,6 +30,7 @@ from dataclasses import dataclass, replace
 from .errors import SpecstreamError
 from .models.loader import LoadedModel
 from .streams.adapter_io import Adapter, attach, read_adapter, shipped_adapters
+from .streams.lora import Fused
 
 
 @dataclass
@@ -43,16 +47,21 @@ class AdapterManager:
         loaded: LoadedModel,
         adapters: dict[str, str] | None = None,
         max_resident: int = 8,
+        keep_fused: bool = True,
     ):
         """`adapters`: name -> folder or shipped name, checked now (default: the shipped
-        adapters made for `loaded`'s base: the default model's four, Qwen's chat)."""
+        adapters made for `loaded`'s base: the default model's four, Qwen's chat).
+        `keep_fused`: keep each resident adapter's fused weights for its next swap (fast swaps;
+        memory: the weights of every layer its LoRA touches, see `resident`)."""
         if max_resident < 1:
             raise SpecstreamError(f"max_resident must be >= 1, got {max_resident}")
         self.loaded = loaded
         self.max_resident = max_resident
+        self.keep_fused = keep_fused
         self.times = SwapTimes([], [])
         self._sources: dict[str, str] = {}
         self._resident: OrderedDict[str, Adapter] = OrderedDict()
+        self._fused: dict[str, Fused] = {}  # resident adapters' fused weights (keep_fused)
         self._active: str | None = None
         self._lock = threading.RLock()
         # The model as loaded: no adapter on it (whatever `loaded` carried is registered).
@@ -76,6 +85,7 @@ class AdapterManager:
             adapter = read_adapter(source or name, self.loaded) if preload else None
             if name in self._sources:  # replaced: the old one leaves memory and the model
                 self._resident.pop(name, None)
+                self._fused.pop(name, None)
                 if self._active == name:
                     self.activate(None)
             self._sources[name] = source or name
@@ -97,9 +107,13 @@ class AdapterManager:
             return bool(adapter.lora)
 
     def resident(self) -> dict[str, int]:
-        """Adapters in memory now, least recently used first: name -> bytes."""
+        """Adapters in memory now, least recently used first: name -> bytes (their tensors and
+        the fused weights kept for their swaps)."""
         with self._lock:
-            return {name: a.nbytes for name, a in self._resident.items()}
+            return {
+                name: a.nbytes + (self._fused[name].nbytes if name in self._fused else 0)
+                for name, a in self._resident.items()
+            }
 
     @contextmanager
     def use(self, name: str | None) -> Iterator[LoadedModel]:
@@ -129,7 +143,9 @@ class AdapterManager:
                 else:
                     self._resident.move_to_end(name)
                     spent = self.times.swaps
-            attach(adapter, self.loaded)
+            fused = attach(adapter, self.loaded, self._fused.get(name))
+            if self.keep_fused and fused is not None:
+                self._fused[name] = fused
             self._session = session_of(self.loaded, adapter)
             if adapter is not None:
                 spent.append(time.perf_counter() - start)
@@ -142,6 +158,7 @@ class AdapterManager:
         spare = [n for n in self._resident if n not in (self._active, name)]
         for evicted in spare[: max(len(self._resident) - self.max_resident, 0)]:
             del self._resident[evicted]
+            self._fused.pop(evicted, None)
 
 
 def session_of(loaded: LoadedModel, adapter: Adapter | None) -> LoadedModel:

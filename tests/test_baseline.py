@@ -126,7 +126,10 @@ def test_foreign_lora_folders_are_refused_before_the_model_changes(
     partial.mkdir()
     (partial / "adapters.safetensors").write_bytes((folder / "adapters.safetensors").read_bytes())
     (partial / "adapter_config.json").write_text(json.dumps({**config, "num_layers": 1}))
-    with pytest.raises(ss.SpecstreamError, match="all 2 blocks|all .* blocks"):
+    with pytest.raises(ss.SpecstreamError, match="does not fit.*unexpected tensor"):
+        load_adapter(partial, loaded)  # the file holds LoRA for a block num_layers leaves out
+    (partial / "adapter_config.json").write_text(json.dumps({**config, "num_layers": 0}))
+    with pytest.raises(ss.SpecstreamError, match="num_layers must be"):
         load_adapter(partial, loaded)
     wrong = {**config, "lora_parameters": {**config["lora_parameters"], "rank": 3}}
     (partial / "adapter_config.json").write_text(json.dumps(wrong))
@@ -135,6 +138,43 @@ def test_foreign_lora_folders_are_refused_before_the_model_changes(
     after = dict(tree_flatten(loaded.model.parameters()))  # the fused weights, unchanged
     assert set(after) == set(before)
     assert all(np.array_equal(before[k], np.array(after[k])) for k in before)
+
+
+@pytest.mark.parametrize("fused", [True, False])  # unfused: as on a quantized base
+def test_lora_folders_of_the_last_blocks_load_as_mlx_lm_reads_them(
+    baseline, tiny_folders, tmp_path, monkeypatch, fused
+):
+    """mlx-lm trains LoRA in the last `num_layers` blocks (16 by default): such a folder loads,
+    puts LoRA layers on those blocks alone when unfused, and computes what mlx-lm computes."""
+    from mlx_lm.tuner.lora import LoRALinear
+
+    from specstream_mlx.streams import adapter_io
+
+    folder = baseline[0]
+    config = json.loads((folder / "adapter_config.json").read_text())
+    top = len(ss.load(str(tiny_folders["llama"])).model.model.layers) - 1
+    weights = mx.load(str(folder / "adapters.safetensors"))
+    partial = tmp_path / "last"
+    partial.mkdir()
+    mx.save_safetensors(
+        str(partial / "adapters.safetensors"),
+        {k: v for k, v in weights.items() if k.startswith(f"model.layers.{top}.")},
+    )
+    (partial / "adapter_config.json").write_text(json.dumps({**config, "num_layers": 1}))
+    if not fused:
+        monkeypatch.setattr(adapter_io, "can_fuse", lambda model, lora: False)
+    ours = ss.load(str(tiny_folders["llama"]), adapter=str(partial))
+    assert (ours.fused is not None) == fused
+    wrapped = {
+        i
+        for i, layer in enumerate(ours.model.model.layers)
+        if any(isinstance(m, LoRALinear) for _, m in layer.named_modules())
+    }
+    assert wrapped == (set() if fused else {top})
+    theirs = ss.load(str(tiny_folders["llama"]))
+    load_adapters(theirs.model, str(partial))  # mlx-lm's own reader
+    ids = mx.array([[1, 5, 9, 13, 2, 7]])
+    assert np.allclose(np.array(ours.model(ids)), np.array(theirs.model(ids)), atol=1e-5)
 
 
 def test_baseline_training_needs_lora_and_resumes(tiny_folders, baseline, tmp_path):

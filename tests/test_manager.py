@@ -61,11 +61,12 @@ def decode(manager, name, decoder="ss"):
         return ss.generate(loaded, PROMPT, max_tokens=12, decoder=decoder).token_ids
 
 
-def test_swapping_changes_outputs_and_never_the_base(tiny_folders, folders):
+@pytest.mark.parametrize("keep_fused", [True, False])
+def test_swapping_changes_outputs_and_never_the_base(tiny_folders, folders, keep_fused):
     loaded = ss.load(str(tiny_folders["llama"]))
     before = base_weights(loaded.model)
     names = {k: folders[k] for k in ("a", "b", "c", "lossless")}
-    manager = AdapterManager(loaded, names)
+    manager = AdapterManager(loaded, names, keep_fused=keep_fused)
     assert manager.names() == ["a", "b", "c", "lossless"]
     want = {name: alone(tiny_folders, folder) for name, folder in names.items()}
     want[None] = alone(tiny_folders, None)
@@ -84,6 +85,26 @@ def test_swapping_changes_outputs_and_never_the_base(tiny_folders, folders):
     for key, value in before.items():
         np.testing.assert_array_equal(value, after[key], err_msg=key)
     assert manager.times.swaps and not manager.times.loads  # all resident since registration
+
+
+def test_swaps_put_back_the_fused_weights_they_kept(tiny_folders, folders):
+    """A resident adapter's fused weights are computed on its first activation and put back as
+    they are at its next (keep_fused, the default), or computed again (keep_fused=False)."""
+    names = {k: folders[k] for k in ("a", "c")}
+    kept = AdapterManager(ss.load(str(tiny_folders["llama"])), names)
+    lean = AdapterManager(ss.load(str(tiny_folders["llama"])), names, keep_fused=False)
+    for manager in (kept, lean):
+        manager.activate("a")
+        first = manager.loaded.fused
+        assert first is not None and first.weights
+        manager.activate("c")
+        manager.activate("a")
+        again = manager.loaded.fused
+        same = all(again.weights[p] is w for p, w in first.weights.items())
+        assert same == (manager is kept), manager.keep_fused
+    assert kept.resident()["a"] == lean.resident()["a"] + kept.loaded.fused.nbytes > 0
+    kept.register("a", folders["c"])  # replaced: its kept weights go with it
+    assert decode(kept, "a") == alone(tiny_folders, folders["c"])
 
 
 def test_registering_a_name_again_replaces_it_even_while_active(tiny_folders, folders):

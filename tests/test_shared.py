@@ -354,6 +354,10 @@ def test_lora_of_the_top_blocks_alone_is_stored_alone_and_decodes_the_same(
         load_adapter(noisy, fresh)  # swapped out: its LoRA must not stay in the blocks below
         streams = load_adapter(folder, fresh)
         assert (fresh.fused is not None) == fused
+        layers = fresh.model.model.layers
+        wrapped = {i for i, layer in enumerate(layers) if has_lora(layer)}
+        every = set(range(len(layers)))
+        assert wrapped == (set() if fused else {top} if folder == sparse else every)
         out = ss.generate(fresh, "a b c a b c", max_tokens=12, decoder="ss", streams=streams)
         runs.append(out.token_ids)
     assert runs[0] == runs[1] and len(runs[0]) == 12

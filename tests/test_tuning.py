@@ -440,11 +440,16 @@ def test_bad_tree_choice_name(tiny_models):
         ss.generate(tiny_models["llama"], "x", max_tokens=2, decoder="ss", tree="best")
 
 
-def test_measured_acceptance_counts_a_real_decode(tiny_models):
-    loaded = tiny_models["qwen3"]
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_measured_acceptance_counts_every_decided_position(tiny_models, family):
+    """Every position of the greedy decode counts once (but the last gamma, whose later
+    tokens are not known), not one per speculative pass."""
+    loaded = tiny_models[family]
     params = streams_for(loaded, 4, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=3)
-    acc = calibration.measure_acceptance(loaded, params, ["count me", "and me"], max_tokens=12)
-    assert acc.gamma == 2 and acc.positions > 0
+    prompts = ["count me", "and me", "a a a a a a"]
+    acc = calibration.measure_acceptance(loaded, params, prompts, max_tokens=12)
+    decided = [len(ss.generate(loaded, p, max_tokens=12).token_ids) for p in prompts]
+    assert acc.gamma == 2 and acc.positions == sum(max(n - 2, 0) for n in decided)
     assert all(len(p) <= 2 and n <= acc.positions for p, n in acc.counts.items())
 
 

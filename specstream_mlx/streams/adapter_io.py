@@ -20,6 +20,7 @@ from .config import StreamConfig
 from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
+    Fused,
     apply_lora,
     blocks_in_use,
     can_fuse,
@@ -32,6 +33,7 @@ from .lora import (
     lora_weights,
     put_back_lora,
     remove_lora,
+    stored_blocks,
     unfuse_lora,
 )
 from .params import StreamParams
@@ -252,9 +254,7 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     expected = {name: tuple(w.shape) for name, w in tree_flatten(params.parameters())}
     shared = stream_config.mode == "shared"
     lora_names: set[str] = set()
-    every: dict[str, tuple[int, ...]] = {}
     if shared:
-        every = expected_lora_shapes(loaded.model, stream_config.lora_rank)
         stored = expected_lora_shapes(
             loaded.model, stream_config.lora_rank, stream_config.lora_blocks
         )
@@ -265,9 +265,7 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     weights = {k: v.astype(mx.float32) for k, v in weights.items()}
     params.update(tree_unflatten([(k, v) for k, v in weights.items() if k not in lora_names]))
-    lora = {k: weights[k] for k in lora_names}
-    # the blocks the file leaves out carry zero LoRA (skipped when fused)
-    lora.update({k: mx.zeros(shape) for k, shape in every.items() if k not in lora_names})
+    lora = {k: weights[k] for k in lora_names}  # the blocks it names; the others have none
     mx.eval(params.parameters(), lora)
     params.acceptance = _acceptance(folder, stream_config)
     if not shared:
@@ -275,12 +273,14 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     return Adapter(source, params, lora, stream_config.lora_rank, stream_config.lora_scale)
 
 
-def attach(adapter: Adapter | None, loaded) -> None:
+def attach(adapter: Adapter | None, loaded, reuse: Fused | None = None) -> Fused | None:
     """Put `adapter`'s LoRA on `loaded.model` (None, or a lossless adapter: the base weights).
-    LoRA on a float base is fused into its weights, computed afresh from the untouched base at
-    every swap (base speed, no drift); on a quantized base it stays unfused (mlx-lm LoRALinear
-    layers whose tensors are swapped). Compiled passes of the old weights are dropped. The
-    streams are the caller's to set (`ss.use_adapter`, `AdapterManager`'s sessions)."""
+    LoRA on a float base is fused into its weights, computed afresh from the untouched base
+    (base speed, no drift), or put back as `reuse` holds them: what an earlier attach of the
+    same adapter returned; on a quantized base it stays unfused (mlx-lm LoRALinear layers on
+    the blocks it covers, whose tensors are swapped). Compiled passes of the old weights are
+    dropped. The streams are the caller's to set (`ss.use_adapter`, `AdapterManager`'s
+    sessions). Returns the fused weights (None: nothing fused)."""
     model = loaded.model
     unfuse_lora(model, loaded.fused)
     loaded.fused = None
@@ -289,11 +289,13 @@ def attach(adapter: Adapter | None, loaded) -> None:
         remove_lora(model, keep=True)
     if adapter is not None and adapter.lora:
         if can_fuse(model, adapter.lora):
-            loaded.fused = fuse_lora(model, adapter.lora, adapter.lora_scale)
+            loaded.fused = fuse_lora(model, adapter.lora, adapter.lora_scale, reuse)
         else:
-            if not put_back_lora(model, adapter.lora_rank, adapter.lora_scale):
-                apply_lora(model, adapter.lora_rank, adapter.lora_scale)
+            blocks = stored_blocks(adapter.lora)
+            if not put_back_lora(model, adapter.lora_rank, adapter.lora_scale, blocks):
+                apply_lora(model, adapter.lora_rank, adapter.lora_scale, blocks)
             load_lora_weights(model, adapter.lora)
+    return loaded.fused
 
 
 def load_adapter(folder: str | os.PathLike, loaded) -> StreamParams | None:
@@ -354,23 +356,32 @@ def _read_weights(folder: Path) -> dict[str, mx.array]:
 
 
 def _read_lora_adapter(source: str, folder: Path, config: dict, loaded) -> Adapter:
-    """An mlx-lm LoRA folder (LoRA on every linear of the last `num_layers` blocks; ours cover
-    all blocks), checked whole."""
+    """An mlx-lm LoRA folder: LoRA on every linear layer of the last `num_layers` blocks (-1:
+    all of them, as mlx-lm reads it), checked whole."""
     lora = config.get("lora_parameters")
     lora = lora if isinstance(lora, dict) else {}
     rank, scale = lora.get("rank"), lora.get("scale")
     n_layers = loaded.config["num_hidden_layers"]
     if not isinstance(rank, int) or rank < 1 or not isinstance(scale, (int, float)):
         raise SpecstreamError(f"unreadable {folder / CONFIG}: lora_parameters needs rank and scale")
-    if config.get("num_layers") != n_layers or lora.get("keys") is not None:
+    num_layers = config.get("num_layers")
+    if type(num_layers) is not int or not (num_layers == -1 or num_layers >= 1):
         raise SpecstreamError(
-            f"adapter {folder}: only LoRA on every linear layer of all {n_layers} blocks is "
-            f"supported (num_layers {config.get('num_layers')}, keys {lora.get('keys')})"
+            f"unreadable {folder / CONFIG}: num_layers must be a block count >= 1 or -1 (all), "
+            f"got {num_layers!r}"
+        )
+    if lora.get("keys") is not None:
+        raise SpecstreamError(
+            f"adapter {folder}: only LoRA on every linear layer of its blocks is supported "
+            f"(keys {lora.get('keys')})"
         )
     _check_base(folder, config, loaded, required=False)
+    n = n_layers if num_layers == -1 else min(num_layers, n_layers)
+    blocks = tuple(range(n_layers - n, n_layers))
     weights = _read_weights(folder)
     expected = {
-        k[len(PREFIX) :]: shape for k, shape in expected_lora_shapes(loaded.model, rank).items()
+        k[len(PREFIX) :]: shape
+        for k, shape in expected_lora_shapes(loaded.model, rank, blocks).items()
     }
     problems = _misfits(expected, weights)
     if problems:

@@ -1,5 +1,6 @@
-"""Shared-mode LoRA: low-rank adapters on every linear layer of every block. Trained (and run on a
-quantized base) unfused: mlx-lm's LoRALinear wraps the base layer, whose weights never change.
+"""Shared-mode LoRA: low-rank adapters on every linear layer of every block, or of the blocks an
+adapter names (its lora_blocks: the top ones it trained). Trained (and run on a quantized base)
+unfused: mlx-lm's LoRALinear wraps the base layer, whose weights never change.
 Decoded on a float base fused (`fuse_lora`): W0 + s * (a @ b)^T in the Linear itself, the
 untouched W0 kept aside and put back by `unfuse_lora`, so the base never drifts."""
 
@@ -9,7 +10,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.tuner.lora import LoRALinear
-from mlx_lm.tuner.utils import linear_to_lora_layers
 
 PREFIX = "lora."  # LoRA tensors in adapters.safetensors: "lora." + the model's parameter path
 
@@ -55,41 +55,55 @@ def expected_lora_shapes(
     return shapes
 
 
-def apply_lora(model: nn.Module, rank: int, scale: float) -> None:
-    """Wrap every linear layer of every block in a LoRALinear (b = 0: the output is unchanged
-    until trained). The base weights are frozen."""
+def apply_lora(
+    model: nn.Module, rank: int, scale: float, blocks: tuple[int, ...] | None = None
+) -> None:
+    """Wrap every linear layer of every block (or of `blocks` alone) in a LoRALinear (b = 0:
+    the output is unchanged until trained). The base weights are frozen."""
     if current_lora(model) is not None:
         remove_lora(model)
     model.freeze()
-    config = {"rank": rank, "scale": scale, "dropout": 0.0}
-    linear_to_lora_layers(model.model, len(model.model.layers), config)
+    blocks = _all_blocks(model) if blocks is None else tuple(blocks)
+    for i in blocks:
+        layer = model.model.layers[i]
+        linears = [
+            (name, LoRALinear.from_base(m, r=rank, dropout=0.0, scale=scale))
+            for name, m in layer.named_modules()
+            if isinstance(m, (nn.Linear, nn.QuantizedLinear))
+        ]
+        layer.update_modules(tree_unflatten(linears))
     kept = _kept(model)
-    kept.on, kept.off = ((rank, float(scale)), _layout(model)), None
+    kept.on, kept.off = ((rank, float(scale), blocks), _layout(model)), None
 
 
 class _Kept:
     """Where a model's LoRA layers are, so that swaps need not walk the module tree: the ones on
-    it now (`on`) and, per (rank, scale), ones taken off to put back without rebuilding them. A
-    plain object: mlx.nn.Module does not count it among the model's parameters."""
+    it now (`on`) and, per (rank, scale, blocks), ones taken off to put back without rebuilding
+    them. A plain object: mlx.nn.Module does not count it among the model's parameters."""
 
     def __init__(self):
-        self.on: tuple[tuple[int, float], list] | None = None
+        self.on: tuple[tuple[int, float, tuple[int, ...]], list] | None = None
         self.off: list | None = None  # the layers last taken off (their originals are back)
-        self.by_setting: dict[tuple[int, float], list] = {}
+        self.by_setting: dict[tuple[int, float, tuple[int, ...]], list] = {}
 
 
 def current_lora(model: nn.Module) -> tuple[int, float] | None:
     """(rank, scale) of the LoRA layers on the model, None without any."""
     kept = _kept(model)
     if kept.on is not None and _still_at(kept.on[1], wrapped=True):
-        return kept.on[0]
+        return kept.on[0][:2]
     if kept.on is None and kept.off is not None and _still_at(kept.off, wrapped=False):
         return None
     settings = lora_settings(model)  # put on some other way: look
     if not settings:
         return None
-    kept.on = (next(iter(settings)), _layout(model)) if len(settings) == 1 else None
-    return next(iter(settings)) if len(settings) == 1 else (-1, 0.0)
+    if len(settings) > 1:
+        kept.on = None
+        return (-1, 0.0)
+    layout = _layout(model)
+    blocks = tuple(i for i, layer in enumerate(model.model.layers) if _wrapped(layer))
+    kept.on = ((*next(iter(settings)), blocks), layout)
+    return next(iter(settings))
 
 
 def remove_lora(model: nn.Module, keep: bool = False) -> None:
@@ -97,37 +111,46 @@ def remove_lora(model: nn.Module, keep: bool = False) -> None:
     aside for `put_back_lora` (adapter swaps)."""
     setting = current_lora(model)
     kept = _kept(model)
+    key = kept.on[0] if kept.on is not None else None
     taken = kept.on[1] if kept.on is not None else _layout(model)
     for layer, wrapped in taken:
         layer.update_modules(tree_unflatten([(name, m.linear) for name, m in wrapped]))
     kept.on, kept.off = None, taken or None
-    if keep and taken and setting is not None and setting[0] > 0:
-        kept.by_setting[setting] = taken
+    if keep and taken and key is not None and setting is not None and setting[0] > 0:
+        kept.by_setting[key] = taken
 
 
-def put_back_lora(model: nn.Module, rank: int, scale: float) -> bool:
-    """Put back LoRA layers of this rank and scale that `remove_lora(keep=True)` kept (their
-    tensors are whatever they last held: load the adapter's next); False when none were kept."""
+def put_back_lora(
+    model: nn.Module, rank: int, scale: float, blocks: tuple[int, ...] | None = None
+) -> bool:
+    """Put back LoRA layers of this rank and scale on these blocks (None: all) that
+    `remove_lora(keep=True)` kept (their tensors are whatever they last held: load the
+    adapter's next); False when none were kept."""
     kept = _kept(model)
-    taken = kept.by_setting.pop((rank, float(scale)), None)
+    blocks = _all_blocks(model) if blocks is None else tuple(blocks)
+    key = (rank, float(scale), blocks)
+    taken = kept.by_setting.pop(key, None)
     if taken is None:
         return False
     if current_lora(model) is not None:
         remove_lora(model, keep=True)
     for layer, wrapped in taken:
         layer.update_modules(tree_unflatten(wrapped))
-    kept.on, kept.off = ((rank, float(scale)), taken), None
+    kept.on, kept.off = (key, taken), None
     return True
 
 
 def _layout(model: nn.Module) -> list:
     """[(block, [(name, LoRALinear), ...]), ...] for the blocks that have LoRA layers."""
-    out = []
-    for layer in model.model.layers:
-        wrapped = [(name, m) for name, m in layer.named_modules() if isinstance(m, LoRALinear)]
-        if wrapped:
-            out.append((layer, wrapped))
-    return out
+    return [(layer, _wrapped(layer)) for layer in model.model.layers if _wrapped(layer)]
+
+
+def _wrapped(layer: nn.Module) -> list:
+    return [(name, m) for name, m in layer.named_modules() if isinstance(m, LoRALinear)]
+
+
+def _all_blocks(model: nn.Module) -> tuple[int, ...]:
+    return tuple(range(len(model.model.layers)))
 
 
 def _still_at(taken: list, wrapped: bool) -> bool:
@@ -163,6 +186,11 @@ def lora_block(name: str) -> int:
     return int(name.split(".layers.", 1)[1].split(".", 1)[0])
 
 
+def stored_blocks(lora: dict[str, mx.array]) -> tuple[int, ...]:
+    """The blocks a set of LoRA tensors covers, in order."""
+    return tuple(sorted({lora_block(k) for k in lora}))
+
+
 def blocks_in_use(lora: dict[str, mx.array]) -> set[int]:
     """The blocks whose LoRA b is nonzero: the others add nothing."""
     names = [k for k in lora if k.endswith(".lora_b")]
@@ -187,10 +215,18 @@ def load_lora_weights(model: nn.Module, weights: dict[str, mx.array]) -> None:
 
 class Fused:
     """LoRA fused into the base weights: W = W0 + scale * (a @ b)^T, computed from the untouched
-    base W0 kept here, so outputs never drift however often adapters swap."""
+    base W0 kept here (`base`), so outputs never drift however often adapters swap; `weights`
+    the fused W, which a later `fuse_lora(..., reuse=)` of the same adapter puts back as they are
+    instead of computing them again (an adapter manager's swaps)."""
 
-    def __init__(self, base: dict[str, mx.array]):
+    def __init__(self, base: dict[str, mx.array], weights: dict[str, mx.array]):
         self.base = base  # parameter path of each Linear -> the base weight it replaced
+        self.weights = weights  # parameter path -> W0 + delta
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the fused weights (the base ones belong to the model)."""
+        return sum(w.nbytes for w in self.weights.values())
 
 
 def can_fuse(model: nn.Module, lora: dict[str, mx.array]) -> bool:
@@ -199,11 +235,21 @@ def can_fuse(model: nn.Module, lora: dict[str, mx.array]) -> bool:
     return all(type(_module(model, path)) is nn.Linear for path in _targets(lora))
 
 
-def fuse_lora(model: nn.Module, lora: dict[str, mx.array], scale: float) -> Fused:
+def fuse_lora(
+    model: nn.Module, lora: dict[str, mx.array], scale: float, reuse: Fused | None = None
+) -> Fused:
     """Put `lora` (PREFIX + path.lora_a / .lora_b) into the base weights; the base model must
     carry no LoRA layers and nothing fused (`unfuse_lora` first). Targets whose b is zero (the
-    blocks an adapter trained with lora_layers left alone) add nothing and are skipped."""
-    base, targets = {}, _targets(lora)
+    blocks an adapter trained with lora_layers left alone) add nothing and are skipped.
+    `reuse`: this adapter fused before on this model: its weights are put back as they are when
+    the base weights under them are still the ones they were computed from."""
+    if reuse is not None and all(
+        _module(model, path).weight is w0 for path, w0 in reuse.base.items()
+    ):
+        for path, w in reuse.weights.items():
+            _module(model, path).weight = w
+        return reuse
+    base, weights, targets = {}, {}, _targets(lora)
     used = [mx.any(lora[f"{PREFIX}{path}.lora_b"] != 0) for path in targets]
     mx.eval(used)
     for path in (p for p, u in zip(targets, used, strict=True) if u.item()):
@@ -211,10 +257,10 @@ def fuse_lora(model: nn.Module, lora: dict[str, mx.array], scale: float) -> Fuse
         w0 = linear.weight  # (out, in)
         a, b = lora[f"{PREFIX}{path}.lora_a"], lora[f"{PREFIX}{path}.lora_b"]  # (in, r), (r, out)
         delta = (scale * (a @ b)).T.astype(w0.dtype)
-        linear.weight = w0 + delta
+        linear.weight = weights[path] = w0 + delta
         base[path] = w0
-    mx.eval([_module(model, p).weight for p in base])
-    return Fused(base)
+    mx.eval(list(weights.values()))
+    return Fused(base, weights)
 
 
 def unfuse_lora(model: nn.Module, fused: Fused | None) -> None:
