@@ -188,6 +188,9 @@ steps() {
     S="One decoding loop: shared adapters fused (issue 18)"
     step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 --max-tokens 64 \
         --json $R/fused_lora.json
+    step "$S" ./dev.sh python benchmarks/shared_step.py --adapter sql --rounds 9 --json $R/shared_step.json
+    step "$S" ./dev.sh python benchmarks/shared_step.py --adapter sql --precision q8 --rounds 5 \
+        --steps 50 --json $R/shared_step_q8.json
     # ### Decoders against plain decoding and mlx-lm (calibration about 1 min; benches unknown)
     S="One decoding loop: decoders against plain decoding and mlx-lm (issue 18)"
     B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
@@ -295,7 +298,9 @@ steps() {
 
     # == Adapter manager and server (issue 6) == (unknown; the server load about 2.5 min)
     S="Adapter manager and server (issue 6)"
-    step "$S" ./dev.sh python benchmarks/adapter_swap.py --rounds 50 --json $R/adapter_swap.json
+    step "$S" ./dev.sh python benchmarks/adapter_swap.py --rounds 20 --json $R/adapter_swap.json
+    step "$S" ./dev.sh python benchmarks/adapter_swap.py --rounds 20 --no-keep-fused \
+        --json $R/adapter_swap_lean.json
     step "$S" ./dev.sh python benchmarks/server_load.py --requests 50 --max-tokens 48 --data "$D" \
         --json $R/server_load.json
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import mlx.core as mx
@@ -25,6 +25,7 @@ from mlx_lm.tuner.lora import LoRALinear
 from ..decoding.plan import Acceptance
 from ..errors import SpecstreamError
 from ..models.arch import arch_of
+from ..streams.config import StreamConfig
 from ..streams.lora import lora_settings
 from ..streams.params import StreamParams
 from .data import Dataset, Example
@@ -524,6 +525,17 @@ class Hooks:
     log_steps: bool
 
 
+def _streams_then(saved: dict | None, now: dict) -> dict | None:
+    """A checkpoint's stream config with the StreamConfig fields added since it was made (absent
+    from it) at their defaults, as they ran then."""
+    if not isinstance(saved, dict) or "mode" not in now:
+        return saved
+    added = {
+        f.name: f.default for f in fields(StreamConfig) if f.name in now and f.name not in saved
+    }
+    return {**saved, **added}
+
+
 def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Hooks) -> dict:
     """The training loop of `train` over `objective`; `what` describes the trained parameters
     (the checkpoint must match it), `top_k` the drafters' for validation lines."""
@@ -545,16 +557,14 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
         saved = checkpoint.progress()
         # settings added since the checkpoint was made ran as their defaults then
         made_with = {**asdict(TrainConfig()), **(saved.get("train_config") or {})}
-        if (made_with, saved.get("stream_config")) != (
-            progress["train_config"],
-            progress["stream_config"],
-        ):
+        made_what = _streams_then(saved.get("stream_config"), what)
+        if (made_with, made_what) != (progress["train_config"], what):
             raise SpecstreamError(
                 f"checkpoint {checkpoint.path} was made with other settings; "
                 "remove it or use the same flags"
             )
         progress = checkpoint.load(module, optimizer)
-        progress["train_config"] = made_with
+        progress["train_config"], progress["stream_config"] = made_with, what
         log(f"resuming from step {progress['step']} ({checkpoint.path})")
 
     loss_and_grad = nn.value_and_grad(module, objective.loss)
