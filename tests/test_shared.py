@@ -234,7 +234,7 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
         log=lambda s: None,
     )
     other = StreamParams(StreamConfig(gamma=3, n_msa_layers=2), loaded.config["hidden_size"])
-    with pytest.raises(ss.SpecstreamError, match="other settings"):
+    with pytest.raises(ss.SpecstreamError, match="other settings \\(gamma: 2 -> 3\\)"):
         train(loaded, other, data, data.examples[:1], tmp_path / "b", cfg, log=lambda s: None)
     apply_lora(loaded.model, rank=8, scale=20.0)
     with pytest.raises(ss.SpecstreamError, match="without LoRA"):

@@ -536,6 +536,17 @@ def _streams_then(saved: dict | None, now: dict) -> dict | None:
     return {**saved, **added}
 
 
+def _differences(then: dict | None, now: dict | None) -> list[str]:
+    """'name: then -> now' for each setting that differs (the whole value where not dicts)."""
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return [] if then == now else [f"{then!r} -> {now!r}"]
+    return [
+        f"{k}: {then.get(k)!r} -> {now.get(k)!r}"
+        for k in sorted(then.keys() | now.keys())
+        if then.get(k, ...) != now.get(k, ...)
+    ]
+
+
 def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Hooks) -> dict:
     """The training loop of `train` over `objective`; `what` describes the trained parameters
     (the checkpoint must match it), `top_k` the drafters' for validation lines."""
@@ -558,10 +569,12 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
         # settings added since the checkpoint was made ran as their defaults then
         made_with = {**asdict(TrainConfig()), **(saved.get("train_config") or {})}
         made_what = _streams_then(saved.get("stream_config"), what)
-        if (made_with, made_what) != (progress["train_config"], what):
+        differ = _differences(made_with, progress["train_config"]) + _differences(made_what, what)
+        if differ:
             raise SpecstreamError(
-                f"checkpoint {checkpoint.path} was made with other settings; "
-                "remove it or use the same flags"
+                f"checkpoint {checkpoint.path} was made with other settings ("
+                + "; ".join(differ[:5])
+                + "); remove it or use the same flags"
             )
         progress = checkpoint.load(module, optimizer)
         progress["train_config"], progress["stream_config"] = made_with, what
