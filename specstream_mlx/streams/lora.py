@@ -142,7 +142,7 @@ def put_back_lora(
 
 def _layout(model: nn.Module) -> list:
     """[(block, [(name, LoRALinear), ...]), ...] for the blocks that have LoRA layers."""
-    return [(layer, _wrapped(layer)) for layer in model.model.layers if _wrapped(layer)]
+    return [(layer, w) for layer in model.model.layers if (w := _wrapped(layer))]
 
 
 def _wrapped(layer: nn.Module) -> list:
