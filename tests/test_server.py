@@ -269,7 +269,8 @@ def test_the_serve_command_serves_and_stops(tmp_path):
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port),
+         "--no-keep-fused"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "SPECSTREAM_API_KEY": KEY},
     )  # fmt: skip
     try:
