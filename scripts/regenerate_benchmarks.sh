@@ -129,7 +129,7 @@ steps() {
     # per-position acceptance on copies of the shipped folders (theirs stay), then both trees
     for pair in sql:sql/dev.jsonl data2text:e2e/dev.csv; do
         a=${pair%%:*} f=${pair#*:} suite=$([ "$a" = sql ] && echo sql || echo e2e)
-        rm -rf "runs/acc_$a" && mkdir -p runs && cp -r "specstream_mlx/adapters/$a" "runs/acc_$a"
+        step "$S" bash -c "rm -rf runs/acc_$a && mkdir -p runs && cp -r specstream_mlx/adapters/$a runs/acc_$a"
         step "$S" ./dev.sh specstream calibrate --adapter "runs/acc_$a" --measure-acceptance \
             --suite "$suite" --data "$D/$f" --limit 12 --max-tokens 96
         step "$S" ./dev.sh specstream bench --suite "$suite" --data "$D/$f" --adapter "runs/acc_$a" \

@@ -172,9 +172,11 @@ def test_lora_folders_of_the_last_blocks_load_as_mlx_lm_reads_them(
     }
     assert wrapped == (set() if fused else {top})
     theirs = ss.load(str(tiny_folders["llama"]))
-    load_adapters(theirs.model, str(partial))  # mlx-lm's own reader
     ids = mx.array([[1, 5, 9, 13, 2, 7]])
+    base = np.array(theirs.model(ids))
+    load_adapters(theirs.model, str(partial))  # mlx-lm's own reader
     assert np.allclose(np.array(ours.model(ids)), np.array(theirs.model(ids)), atol=1e-5)
+    assert not np.allclose(np.array(ours.model(ids)), base, atol=1e-5)  # the LoRA is on
 
 
 def test_baseline_training_needs_lora_and_resumes(tiny_folders, baseline, tmp_path):
