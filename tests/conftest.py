@@ -14,6 +14,21 @@ REPO = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("SPECSTREAM_DATA", REPO.parent / "shared" / "data"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_calibrations(tmp_path_factory):
+    """The run's latency curves go to a cache of its own (tiny models' curves used to pile up in
+    the user's ~/.cache, and a stale one could gate a later run's decoding), while the real
+    models converted into the user's cache stay shared with it through links."""
+    user = Path(os.environ.get("SPECSTREAM_CACHE", Path.home() / ".cache" / "specstream_mlx"))
+    own = tmp_path_factory.mktemp("cache")
+    for shared in ("models", "gguf"):
+        (user / shared).mkdir(parents=True, exist_ok=True)
+        (own / shared).symlink_to(user / shared, target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECSTREAM_CACHE", str(own))
+        yield own
+
+
 @pytest.fixture(scope="session")
 def data(tmp_path_factory) -> Path:
     """The data folder the tests read: the real data sets where they are, otherwise invented
