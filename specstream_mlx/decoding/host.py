@@ -119,9 +119,10 @@ class HostRun:
         self.rng = rng_for(sampling.seed) if self.sampling is not None else None
         self.q: list | None = None
 
-    def issue(self) -> _HostPass:
+    def issue(self, drafted: tuple | None = None) -> _HostPass:
+        """Verify the next tree: `drafted` (what `draft` returned), else drafted now."""
         offset = self.forward.offset()
-        tree, extra, q = self._draft()
+        tree, extra, q = self.draft() if drafted is None else drafted
         d = self.drafting
         prune = None  # sampling: a cut would depend on the drawn tokens (the cap is breadth-first)
         if self.sampling is None:
@@ -140,7 +141,7 @@ class HostRun:
 
     # ---- drafter ----
 
-    def _draft(self) -> tuple[Tree, int, list | None]:
+    def draft(self) -> tuple[Tree, int, list | None]:
         """The tree to verify, the nodes drafted from outside the streams (not cut by the node
         cap), and per depth the distribution its candidates were drawn from (None: fixed)."""
         d, policy = self.drafting, self.drafting.policy
