@@ -23,7 +23,7 @@ from torch import nn
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from specstream_mlx.decoding.host import Drafting, HostRun, drive
-from specstream_mlx.decoding.lookup import LookupConfig, LookupDrafter
+from specstream_mlx.decoding.lookup import LookupConfig, lookup_drafter
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.step import Step
 from specstream_mlx.decoding.tree import Tree, msa_mask, prune
@@ -336,7 +336,7 @@ def speculative_decode(
         raise ValueError("draft_override is for greedy decoding")
     view, cfg = View(model), streams.config
     policy = TreePolicy.of(cfg) if draft else TreePolicy()
-    drafter = LookupDrafter(lookup) if lookup is not None and draft else None
+    drafter = lookup_drafter(lookup) if lookup is not None and draft else None
     drafting = Drafting(policy, True, drafter, draft_override)
     n_streams = cfg.gamma if cfg.mode == "shared" else max(policy.depth, 1)
     caches = [LayerCache() for _ in view.layers]

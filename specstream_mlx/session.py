@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .backend import device_name
 from .calibration import latency_curve, tuned
-from .decoding.lookup import LookupConfig, LookupCosts, LookupDrafter
+from .decoding.lookup import LookupConfig, LookupCosts, lookup_drafter
 from .decoding.loop import Decoder, Drafter, DraftOverride
 from .decoding.passes import Passes
 from .decoding.policy import TreePolicy
@@ -100,7 +100,7 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     if drafter is None and row.lookup:
         lookup = LookupConfig()
         costs = _lookup_costs(loaded, dec, tree, lookup)
-        dec = replace(dec, drafter=LookupDrafter(lookup, costs))
+        dec = replace(dec, drafter=lookup_drafter(lookup, costs))
         tree = {**(tree or {"source": "lookup"}), "lookup_gated": costs is not None}
     return Resolved(dec, ran, tree)
 

@@ -119,10 +119,9 @@ class HostRun:
         self.rng = rng_for(sampling.seed) if self.sampling is not None else None
         self.q: list | None = None
 
-    def issue(self, drafted: tuple | None = None) -> _HostPass:
-        """Verify the next tree: `drafted` (what `draft` returned), else drafted now."""
+    def issue(self) -> _HostPass:
         offset = self.forward.offset()
-        tree, extra, q = self.draft() if drafted is None else drafted
+        tree, extra, q = self._draft()
         d = self.drafting
         prune = None  # sampling: a cut would depend on the drawn tokens (the cap is breadth-first)
         if self.sampling is None:
@@ -141,7 +140,7 @@ class HostRun:
 
     # ---- drafter ----
 
-    def draft(self) -> tuple[Tree, int, list | None]:
+    def _draft(self) -> tuple[Tree, int, list | None]:
         """The tree to verify, the nodes drafted from outside the streams (not cut by the node
         cap), and per depth the distribution its candidates were drawn from (None: fixed)."""
         d, policy = self.drafting, self.drafting.policy

@@ -125,18 +125,16 @@ class LookupGate:
         return best
 
 
-class LookupDrafter:
+def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
     """Prompt lookup as a drafter (decoding.host.Drafter), for one generation: the chain that
     followed the context's last n-gram before, cut to the length expected to pay by a
-    `LookupGate` over `costs` (None: always the whole chain). It never reads the hidden state,
-    so the passes it leaves undrafted can run as plain steps on the device (decoding.loop)."""
+    `LookupGate` over `costs` (None: always the whole chain)."""
+    gate = None if costs is None else LookupGate(costs, config.ngram_max)
 
-    def __init__(self, config: LookupConfig, costs: LookupCosts | None = None):
-        self.config = config
-        self.gate = None if costs is None else LookupGate(costs, config.ngram_max)
-
-    def __call__(self, history: list[int], _hidden=None) -> Tree:
-        proposal, n = lookup_match(history, self.config)
-        if self.gate is not None:
-            proposal = proposal[: self.gate.choose(history, proposal, n)]
+    def draft(history: list[int], _hidden) -> Tree:
+        proposal, n = lookup_match(history, config)
+        if gate is not None:
+            proposal = proposal[: gate.choose(history, proposal, n)]
         return draft_tree(history[-1], [[t] for t in proposal])
+
+    return draft

@@ -32,7 +32,6 @@ from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
 from .host import Drafter, Drafting, DraftOverride, HostRun, drive
 from .kv import compact
-from .lookup import LookupDrafter
 from .passes import Passes, StepShape, compilable, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
@@ -108,8 +107,6 @@ def decode(
     state = prefilled(dec, prompt_ids)
     if on_device(dec, state, sampling):
         run = OnDevice(dec, state, sampling)
-    elif lookup_then_plain(dec, state, sampling):
-        run = LookupRun(dec, state, sampling)
     else:
         run = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
     yield from drive(run, max_tokens)
@@ -127,20 +124,6 @@ def on_device(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
         and dec.probe is None
         and static
         and (sampling.greedy or plain)
-        and compilable(state.caches)
-    )
-
-
-def lookup_then_plain(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
-    """Whether the passes prompt lookup leaves undrafted can be plain steps on the device:
-    greedy, the lookup the only drafter (the streams draft nothing), plain KV buffers."""
-    return (
-        dec.passes is not None
-        and isinstance(dec.drafter, LookupDrafter)
-        and dec.override is None
-        and dec.probe is None
-        and (dec.streams is None or dec.policy.depth == 0)
-        and sampling.greedy
         and compilable(state.caches)
     )
 
@@ -222,42 +205,6 @@ class OnDevice:
         self.state.history.extend(tokens)
         self.state.bound -= pending.raised - count  # the bound, now that the count is known
         return Step(tokens, pending.nodes, pending.nodes)
-
-
-class LookupRun:
-    """Greedy decoding drafted by prompt lookup: a pass with a draft is verified and settled on
-    the host (HostRun); while the lookup drafts nothing, passes are plain decoding steps on the
-    device (OnDevice), pipelined like plain decoding's instead of waiting for a read-back of
-    the root alone. The lookup is asked once a pass: before it while drafting; while stepping
-    plainly, as each pass settles (the one already queued behind it stays plain)."""
-
-    def __init__(self, dec: Decoder, state: State, sampling: SamplingParams):
-        self.dec, self.state, self.sampling = dec, state, sampling
-        self.host = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
-        self.plain: OnDevice | None = None  # while stepping plainly
-        self.pipelined = False
-
-    def issue(self):
-        if self.pipelined:
-            return self.plain.issue()
-        if self.plain is not None:  # back from plain steps: the host's view of the caches
-            for cache in self.state.caches:
-                cache.offset = self.state.bound
-            self.plain, self.host.root = None, self.state.history[-1]
-        drafted = self.host.draft()
-        if len(drafted[0]) > 1:
-            return self.host.issue(drafted)
-        self.state.root = self.state.history[-1]
-        self.plain, self.pipelined = OnDevice(self.dec, self.state, self.sampling), True
-        return self.plain.issue()
-
-    def settle(self, pending) -> Step:
-        if not isinstance(pending, _Pending):
-            return self.host.settle(pending)
-        step = self.plain.settle(pending)
-        if self.pipelined and len(self.dec.drafter(self.state.history)) > 1:
-            self.pipelined = False  # the lookup drafts again, from the pass after the queued one
-        return step
 
 
 class MlxForward:
