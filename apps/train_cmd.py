@@ -132,7 +132,7 @@ def run(args) -> int:
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
     from specstream_mlx.training.data import load_dataset
-    from specstream_mlx.training.trainer import Checkpoint, TrainConfig, loss_curve, train
+    from specstream_mlx.training.trainer import Checkpoint, Hooks, TrainConfig, loss_curve, train
 
     out = Path(args.out)
     if args.targets != "text" and args.mode != "lossless":
@@ -201,10 +201,10 @@ def run(args) -> int:
             val,
             out,
             cfg,
-            log=bar.log,
             medusa=heads,
-            on_step=step_progress(bar),
-            log_steps=not (args.quiet or shows_bar()),
+            hooks=Hooks(
+                log=bar.log, on_step=step_progress(bar), log_steps=not (args.quiet or shows_bar())
+            ),
         )
     finally:
         bar.close()

@@ -71,7 +71,9 @@ def main() -> None:
             data.examples[:4],
             f"{tmp}/adapter",
             cfg,
-            log=lambda s: print(s, flush=True) if s.startswith("validation") else None,
+            hooks=trainer.Hooks(
+                log=lambda s: print(s, flush=True) if s.startswith("validation") else None
+            ),
         )
 
 

@@ -26,7 +26,7 @@ from specstream_mlx.streams.config import StreamConfig  # noqa: E402
 from specstream_mlx.streams.lora import apply_lora, remove_lora  # noqa: E402
 from specstream_mlx.streams.params import StreamParams  # noqa: E402
 from specstream_mlx.training.data import load_dataset  # noqa: E402
-from specstream_mlx.training.trainer import TrainConfig, train  # noqa: E402
+from specstream_mlx.training.trainer import Hooks, TrainConfig, train  # noqa: E402
 # isort: on
 
 # the recipe of scripts/make_task_adapter.sh: train file under ../shared/data, max length
@@ -52,8 +52,8 @@ def run(loaded, mode: str, lora_layers: int, data, args) -> dict:
                       checkpoint_every=steps, segment=64, lora_layers=lora_layers)  # fmt: skip
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            train(loaded, params, data, data.examples[:2], Path(tmp) / "a", cfg,
-                  log=lambda s: None, on_step=reports.append, log_steps=False)  # fmt: skip
+            hooks = Hooks(log=lambda s: None, on_step=reports.append, log_steps=False)
+            train(loaded, params, data, data.examples[:2], Path(tmp) / "a", cfg, hooks)
     finally:
         if mode != "lossless":
             remove_lora(loaded.model)

@@ -182,14 +182,32 @@ def test_lora_folders_of_the_last_blocks_load_as_mlx_lm_reads_them(
 def test_baseline_training_needs_lora_and_resumes(tiny_folders, baseline, tmp_path):
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.training.data import load_dataset
-    from specstream_mlx.training.trainer import TrainConfig, train
+    from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
     loaded = ss.load(str(tiny_folders["llama"]))
     data = load_dataset(baseline[1], loaded.tokenizer, 64)
     cfg = TrainConfig(steps=3, batch_size=1, val_every=9, checkpoint_every=1)
     with pytest.raises(ss.SpecstreamError, match="next-token baseline.*apply_lora"):
-        train(loaded, None, data, data.examples[:1], tmp_path / "a", cfg, log=lambda s: None)
+        train(
+            loaded,
+            None,
+            data,
+            data.examples[:1],
+            tmp_path / "a",
+            cfg,
+            hooks=Hooks(log=lambda s: None),
+        )
     apply_lora(loaded.model, rank=4, scale=2.0)
-    train(loaded, None, data, data.examples[:1], tmp_path / "a", cfg, stop_after=1, log=print)
-    progress = train(loaded, None, data, data.examples[:1], tmp_path / "a", cfg, log=print)
+    train(
+        loaded,
+        None,
+        data,
+        data.examples[:1],
+        tmp_path / "a",
+        cfg,
+        hooks=Hooks(stop_after=1, log=print),
+    )
+    progress = train(
+        loaded, None, data, data.examples[:1], tmp_path / "a", cfg, hooks=Hooks(log=print)
+    )
     assert progress["step"] == 3 and len(progress["history"]) == 3

@@ -26,7 +26,7 @@ from specstream_mlx.sampling import SamplingParams, probabilities
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training.data import Dataset, Example
-from specstream_mlx.training.trainer import TrainConfig, train
+from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
 P_MIN = 1e-3  # a fixed seed makes every test deterministic; this only sets how strict it is
 
@@ -181,7 +181,8 @@ def trained_streams(tiny, tmp_path_factory):
     params = StreamParams(cfg.validate(4), tiny.config["hidden_size"])
     train(tiny, params, Dataset(examples[:20], "self"), examples[20:],
           tmp_path_factory.mktemp("t") / "a", TrainConfig(steps=60, batch_size=4,
-          learning_rate=3e-3, val_every=60, checkpoint_every=60), log=lambda s: None)  # fmt: skip
+          learning_rate=3e-3, val_every=60, checkpoint_every=60),
+          Hooks(log=lambda s: None))  # fmt: skip
     return params
 
 

@@ -431,6 +431,19 @@ def describe(validation: dict, top_k: int | None) -> str:
     )
 
 
+@dataclass
+class Hooks:
+    """What `train` reports to, and when it stops early: `log` takes its lines (`log_steps=False`
+    leaves the per-step line out; validations and resumes are still logged), `on_step` follows
+    every step (a progress bar), `stop_after` ends the run after that many steps of this call
+    (as an interruption would), leaving the checkpoint."""
+
+    log: Callable[[str], None] = print
+    stop_after: int | None = None
+    on_step: Callable[[StepReport], None] | None = None
+    log_steps: bool = True
+
+
 def train(
     loaded,
     params: StreamParams | None,
@@ -438,26 +451,21 @@ def train(
     val: list[Example],
     out_dir: str | Path,
     cfg: TrainConfig,
-    log=print,
-    stop_after: int | None = None,
-    feature_cache_bytes: int = 3 << 30,
+    hooks: Hooks | None = None,
     medusa=None,
-    on_step: Callable[[StepReport], None] | None = None,
-    log_steps: bool = True,
+    feature_cache_bytes: int = 3 << 30,
 ) -> dict:
     """Train `params` on `data`: lossless mode leaves the base model untouched; shared mode
     trains LoRA layers on `loaded.model` too (put there with `apply_lora` first). params=None
     trains the next-token LoRA baseline: the model's LoRA layers alone.
 
-    Resumes from `{out_dir}.checkpoint/` when present. `stop_after` ends the run after that many
-    steps of this call (as an interruption would), leaving the checkpoint. Lossless mode keeps
-    the frozen base's features of up to `feature_cache_bytes` of training sequences between
-    epochs. `medusa` (MedusaHeads, params None) trains Medusa-1 heads on the frozen base instead.
-    `on_step` follows every step (a progress bar); `log_steps=False` leaves the per-step line
-    out of `log` (validations and resumes are still logged).
+    Resumes from `{out_dir}.checkpoint/` when present; `hooks` take its reports (default: its
+    lines printed). Lossless mode keeps the frozen base's features of up to
+    `feature_cache_bytes` of training sequences between epochs. `medusa` (MedusaHeads, params
+    None) trains Medusa-1 heads on the frozen base instead.
     Returns the progress record: losses, validations, timing.
     """
-    out_dir = Path(out_dir)
+    out_dir, hooks = Path(out_dir), hooks or Hooks()
     arch = arch_of(loaded.model, loaded.config["model_type"])
     on_model = lora_settings(loaded.model)
     if medusa is not None:
@@ -494,7 +502,6 @@ def train(
         else {"next_token_lora": [list(s) for s in sorted(on_model)]}
     )
     top_k = params.config.top_k if params else medusa.config.top_k if medusa else None
-    hooks = Hooks(log, stop_after, on_step, log_steps)
     with training_top_lora(loaded.model, bottom.blocks):
         return _run(objective, what, top_k, out_dir, cfg, hooks)
 
@@ -513,16 +520,6 @@ def _frozen_blocks(arch, params: StreamParams | None, medusa, cfg: TrainConfig) 
             f"got {cfg.lora_layers}"
         )
     return n_layers - cfg.lora_layers
-
-
-@dataclass
-class Hooks:
-    """What `train` reports to, and when it stops early."""
-
-    log: Callable[[str], None]
-    stop_after: int | None
-    on_step: Callable[[StepReport], None] | None
-    log_steps: bool
 
 
 def _streams_then(saved: dict | None, now: dict) -> dict | None:
