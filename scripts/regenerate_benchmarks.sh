@@ -106,6 +106,22 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
 steps() {
     local S B MEM AB t p
 
+    # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
+    # the shipped Qwen `sql` (MODEL=qwen2.5-coder-0.5b-instruct scripts/make_task_adapter.sh sql,
+    # about 50 min, not rerun here): its acceptance on the sql dev items 40-51 (acceptance.json,
+    # about 3 min), the tree the planner picks (Qwen's curve in $QC: measured first if missing,
+    # about 4 min), then the sql dev set side by side (about 12 min)
+    S="Qwen2.5-Coder-0.5B: the sql writing tool (issue 19)"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
+        --adapter sql --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 12 \
+        --max-tokens 96
+    step "$S" into $R/calibration_qwen_sql.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
+        calibrate --model "$QWEN" --adapter sql --json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_adapter.json \
+        --markdown $R/bench_qwen_sql_adapter.md
+
     # == Prompt lookup gated by the latency curve (issues 19 and 18) ==
     # the gated pld (and ss+pld) on the chat suite and the sql dev set, SmolLM2 (about 2 and 3
     # min) and Qwen (its curve first, in $QC: about 4 min, then about 5 min). The rows "whole
