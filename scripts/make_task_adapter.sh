@@ -4,10 +4,6 @@
 # with the same budget (the paper's "Baseline"; written to runs/, not shipped).
 #
 #   scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]
-#   MODEL=qwen2.5-coder-0.5b-instruct scripts/make_task_adapter.sh sql
-#
-# MODEL (default: the default model) trains for another model; its adapter goes to
-# specstream_mlx/adapters/MODEL/TASK (the one shipped there: sql for Qwen2.5-Coder-0.5B).
 #
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
@@ -16,34 +12,27 @@ cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 task=${1:?usage: scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]}
 which=${2:-}
-MODEL=${MODEL:-}
-case "$MODEL:$task" in
-    # Qwen2.5-Coder-0.5B: 1,000 examples (a 0.5B model trains at ~45 target tokens/s here:
-    # about an hour), the SmolLM2 recipe otherwise.
-    qwen2.5-coder-0.5b-instruct:sql) data=sql/train.jsonl steps=250 max_length=320 lora_layers=8 ;;
-    ?*:*) echo "no recipe for $task on $MODEL (qwen2.5-coder-0.5b-instruct: sql)" >&2; exit 2 ;;
-
+case "$task" in
     # steps x batch sized so one run takes about an hour on the 2-core dev machine. sql and
     # data2text: 3,000 examples with LoRA in the top 8 blocks only (the MSA layers; the blocks
     # below are computed once per sequence and cached): 3,777 s and 4,985 s (the latter sharing
     # the cores; docs/BENCHMARKS.md, issue 20). summarize: the older recipe (LoRA in every
     # block, 400 examples).
-    :sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=8 ;;
-    :data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=8 ;;
-    :summarize) data=dialogsum/train.jsonl steps=100 max_length=512 lora_layers=0 ;;
+    sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=8 ;;
+    data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=8 ;;
+    summarize) data=dialogsum/train.jsonl steps=100 max_length=512 lora_layers=0 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
-out=specstream_mlx/adapters/${MODEL:+$MODEL/}$task
-common=(${MODEL:+--model "$MODEL"} --task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
+common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
     --warmup 10 --seed 0 --overwrite)
 if [ "$which" != "--baseline-only" ]; then
-./dev.sh specstream train --mode shared "${common[@]}" --out "$out" \
+./dev.sh specstream train --mode shared "${common[@]}" --out "specstream_mlx/adapters/$task" \
     --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --val-every 250 --checkpoint-every 25
 # The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
-./dev.sh python - "$out" <<'PY'
+./dev.sh python - "$task" <<'PY'
 import json, sys
-p = f"{sys.argv[1]}/adapter_config.json"
+p = f"specstream_mlx/adapters/{sys.argv[1]}/adapter_config.json"
 c = json.load(open(p))
 c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
@@ -51,6 +40,6 @@ PY
 fi
 if [ -n "$which" ]; then
     mkdir -p runs
-    ./dev.sh specstream train --mode next-token "${common[@]}" --out "runs/${MODEL:+$MODEL-}${task}_next_token" \
+    ./dev.sh specstream train --mode next-token "${common[@]}" --out "runs/${task}_next_token" \
         --val-every 50 --checkpoint-every 10
 fi
