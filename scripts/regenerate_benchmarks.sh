@@ -107,10 +107,11 @@ steps() {
     local S B MEM AB t p
 
     # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
-    # the shipped Qwen `sql` (MODEL=qwen2.5-coder-0.5b-instruct scripts/make_task_adapter.sh sql,
-    # about 50 min, not rerun here): its acceptance on the sql dev items 40-51 (acceptance.json,
-    # about 3 min), the tree the planner picks (Qwen's curve in $QC: measured first if missing,
-    # about 4 min), then the sql dev set side by side (about 12 min)
+    # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, about 40 min, not rerun
+    # here): its acceptance on the sql dev items 40-51 (acceptance.json, about 4 min), the tree
+    # the planner picks (Qwen's curve in $QC: measured first if missing, about 4 min), then the
+    # sql dev set side by side (about 12 min). The shared-mode run of the section (not shipped)
+    # is a one-off command given there.
     S="Qwen2.5-Coder-0.5B: the sql writing tool (issue 19)"
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
         --adapter sql --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 12 \

@@ -128,3 +128,27 @@ def test_its_shipped_chat_streams_decode_exactly(qwen):
         )
         assert spec.token_ids == plain.token_ids
         assert spec.stats.forward_passes < plain.stats.forward_passes
+
+
+def test_its_shipped_sql_streams_decode_exactly(qwen):
+    """Issue 19: `--adapter sql` on this model names its own lossless sql streams: with their own
+    tree, `ss`, `pld` and `ss+pld` on a writing-tool prompt give plain decoding's tokens, `ss` in
+    fewer passes."""
+    from specstream_mlx.streams.adapter_io import SHIPPED_DIR, read_adapter, resolve_adapter
+    from specstream_mlx.tasks import get_task
+
+    assert resolve_adapter("sql", qwen) == SHIPPED_DIR / NAME / "sql"
+    streams = read_adapter("sql", qwen).streams
+    assert streams.config.mode == "lossless" and streams.acceptance is not None
+    prompt = get_task("sql").prompt(
+        question="Which cities have more than 1000 residents?",
+        context="CREATE TABLE city (name VARCHAR, residents INTEGER, country VARCHAR)",
+    )
+    plain = ss.generate(qwen, prompt, max_tokens=24)
+    for decoder in ("ss", "pld", "ss+pld"):
+        out = ss.generate(
+            qwen, prompt, max_tokens=24, decoder=decoder, streams=streams, tree="adapter"
+        )
+        assert out.token_ids == plain.token_ids, decoder
+        if decoder == "ss":
+            assert out.stats.forward_passes < plain.stats.forward_passes
