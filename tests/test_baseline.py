@@ -184,30 +184,16 @@ def test_baseline_training_needs_lora_and_resumes(tiny_folders, baseline, tmp_pa
     from specstream_mlx.training.data import load_dataset
     from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
+    from .conftest import QUIET
+
     loaded = ss.load(str(tiny_folders["llama"]))
     data = load_dataset(baseline[1], loaded.tokenizer, 64)
     cfg = TrainConfig(steps=3, batch_size=1, val_every=9, checkpoint_every=1)
     with pytest.raises(ss.SpecstreamError, match="next-token baseline.*apply_lora"):
-        train(
-            loaded,
-            None,
-            data,
-            data.examples[:1],
-            tmp_path / "a",
-            cfg,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(loaded, None, data, data.examples[:1], tmp_path / "a", cfg, QUIET)
     apply_lora(loaded.model, rank=4, scale=2.0)
     train(
-        loaded,
-        None,
-        data,
-        data.examples[:1],
-        tmp_path / "a",
-        cfg,
-        hooks=Hooks(stop_after=1, log=print),
+        loaded, None, data, data.examples[:1], tmp_path / "a", cfg, Hooks(stop_after=1, log=print)
     )
-    progress = train(
-        loaded, None, data, data.examples[:1], tmp_path / "a", cfg, hooks=Hooks(log=print)
-    )
+    progress = train(loaded, None, data, data.examples[:1], tmp_path / "a", cfg, Hooks(log=print))
     assert progress["step"] == 3 and len(progress["history"]) == 3

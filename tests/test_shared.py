@@ -25,6 +25,7 @@ from specstream_mlx.training import forward, positions
 from specstream_mlx.training.data import load_dataset
 from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
+from .conftest import QUIET
 from .tiny import FAMILIES
 
 
@@ -153,15 +154,7 @@ def test_shared_training_trains_lora_and_streams_only(tiny_folders, tmp_path):
     before = {k: np.array(v) for k, v in tree_flatten(params.parameters())}
     apply_lora(loaded.model, rank=4, scale=2.0)
     cfg = TrainConfig(steps=8, batch_size=2, learning_rate=3e-3, val_every=8, checkpoint_every=4)
-    progress = train(
-        loaded,
-        params,
-        data,
-        data.examples[:2],
-        tmp_path / "a",
-        cfg,
-        hooks=Hooks(log=lambda s: None),
-    )
+    progress = train(loaded, params, data, data.examples[:2], tmp_path / "a", cfg, QUIET)
     losses = [h["loss"] for h in progress["history"]]
     assert np.mean(losses[-2:]) < np.mean(losses[:2])
     after = dict(tree_flatten(loaded.model.parameters()))
@@ -227,15 +220,7 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
     cfg = TrainConfig(steps=2, batch_size=1, val_every=9, checkpoint_every=1)
     params = shared_streams(loaded, 0, gamma=2, n_msa_layers=2)  # lora_rank 8, scale 20
     with pytest.raises(ss.SpecstreamError, match="shared mode trains LoRA layers"):
-        train(
-            loaded,
-            params,
-            data,
-            data.examples[:1],
-            tmp_path / "a",
-            cfg,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(loaded, params, data, data.examples[:1], tmp_path / "a", cfg, QUIET)
     lossless = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), loaded.config["hidden_size"])
     train(
         loaded,
@@ -244,30 +229,14 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
         data.examples[:1],
         tmp_path / "b",
         cfg,
-        hooks=Hooks(stop_after=1, log=lambda s: None),
+        Hooks(stop_after=1, log=lambda s: None),
     )
     other = StreamParams(StreamConfig(gamma=3, n_msa_layers=2), loaded.config["hidden_size"])
     with pytest.raises(ss.SpecstreamError, match="other settings \\(gamma: 2 -> 3\\)"):
-        train(
-            loaded,
-            other,
-            data,
-            data.examples[:1],
-            tmp_path / "b",
-            cfg,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(loaded, other, data, data.examples[:1], tmp_path / "b", cfg, QUIET)
     apply_lora(loaded.model, rank=8, scale=20.0)
     with pytest.raises(ss.SpecstreamError, match="without LoRA"):
-        train(
-            loaded,
-            lossless,
-            data,
-            data.examples[:1],
-            tmp_path / "c",
-            cfg,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(loaded, lossless, data, data.examples[:1], tmp_path / "c", cfg, QUIET)
 
 
 def test_adapters_saved_before_prompt_streams_keep_running_them():

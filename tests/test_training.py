@@ -21,6 +21,8 @@ from specstream_mlx.training import forward, positions, trainer
 from specstream_mlx.training.data import load_dataset, read_jsonl
 from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
+from .conftest import QUIET
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_folders):
@@ -182,7 +184,7 @@ def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_pa
         data.examples[:4],
         tmp_path / "a",
         TrainConfig(steps=12, batch_size=2, learning_rate=3e-3, val_every=12),
-        hooks=Hooks(log=lambda s: None),
+        QUIET,
     )
     losses = [h["loss"] for h in progress["history"]]
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
@@ -198,15 +200,7 @@ def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
     data = load_dataset(data_file, tiny.tokenizer, 128)
     cfg = TrainConfig(steps=6, batch_size=2, learning_rate=3e-3, checkpoint_every=1, val_every=99)
     straight = params_for(tiny)
-    train(
-        tiny,
-        straight,
-        data,
-        data.examples[:2],
-        tmp_path / "straight",
-        cfg,
-        hooks=Hooks(log=lambda s: None),
-    )
+    train(tiny, straight, data, data.examples[:2], tmp_path / "straight", cfg, QUIET)
     resumed = params_for(tiny)
     train(
         tiny,
@@ -215,12 +209,12 @@ def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
         data.examples[:2],
         tmp_path / "r",
         cfg,
-        hooks=Hooks(log=lambda s: None, stop_after=3),
+        Hooks(stop_after=3, log=lambda s: None),
     )  # "killed" after 3 steps
     again = params_for(tiny, seed=9)  # a new process: fresh parameters, state from the checkpoint
     messages = []
     progress = train(
-        tiny, again, data, data.examples[:2], tmp_path / "r", cfg, hooks=Hooks(log=messages.append)
+        tiny, again, data, data.examples[:2], tmp_path / "r", cfg, Hooks(log=messages.append)
     )
     assert any("resuming from step 3" in m for m in messages)
     assert progress["step"] == 6
@@ -242,7 +236,7 @@ def test_checkpoints_of_older_versions_resume(tiny, data_file, tmp_path):
         data.examples[:2],
         tmp_path / "r",
         cfg,
-        hooks=Hooks(log=lambda s: None, stop_after=2),
+        Hooks(stop_after=2, log=lambda s: None),
     )
     path = tmp_path / "r.checkpoint" / "progress.json"
     progress = json.loads(path.read_text())
@@ -257,20 +251,12 @@ def test_checkpoints_of_older_versions_resume(tiny, data_file, tmp_path):
         data.examples[:2],
         tmp_path / "r",
         cfg,
-        hooks=Hooks(log=messages.append),
+        Hooks(log=messages.append),
     )
     assert any("resuming from step 2" in m for m in messages)
     other = TrainConfig(steps=4, batch_size=2, checkpoint_every=1, val_every=99, targets="self")
     with pytest.raises(ss.SpecstreamError, match="other settings \\(targets: 'text' -> 'self'\\)"):
-        train(
-            tiny,
-            params_for(tiny),
-            data,
-            data.examples[:2],
-            tmp_path / "r",
-            other,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", other, QUIET)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny, data_file, tmp_path, monkeypatch):
@@ -288,15 +274,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny, data_file, tmp_
     monkeypatch.setattr(trainer, "stream_loss", poisoned)
     cfg = TrainConfig(steps=6, batch_size=2, checkpoint_every=1, val_every=99)
     with pytest.raises(ss.SpecstreamError, match="loss is nan at step 3.*checkpoint"):
-        train(
-            tiny,
-            params_for(tiny),
-            data,
-            data.examples[:2],
-            tmp_path / "a",
-            cfg,
-            hooks=Hooks(log=lambda s: None),
-        )
+        train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "a", cfg, QUIET)
     progress = json.loads((tmp_path / "a.checkpoint" / "progress.json").read_text())
     assert progress["step"] == 2
 
@@ -437,7 +415,7 @@ def test_lora_layers_train_the_top_blocks_on_cached_features(
             data.examples[:2],
             tmp_path / "a",
             TrainConfig(steps=3, batch_size=2, lora_learning_rate=1e-2, val_every=3, lora_layers=2),
-            hooks=Hooks(log=lambda s: None),
+            QUIET,
         )
         moved = {k for k, v in lora().items() if not np.array_equal(before[k], v)}
         assert moved and all(k.startswith(("model.layers.2.", "model.layers.3.")) for k in moved)
@@ -445,9 +423,7 @@ def test_lora_layers_train_the_top_blocks_on_cached_features(
         assert trainable == set(before)  # the frozen blocks' LoRA is trainable again
         with pytest.raises(ss.SpecstreamError, match="lora_layers must be in"):
             bad = TrainConfig(steps=1, lora_layers=1 if params else 5)
-            train(
-                loaded, params, data, data.examples[:2], tmp_path / "b", bad, hooks=Hooks(log=print)
-            )
+            train(loaded, params, data, data.examples[:2], tmp_path / "b", bad, Hooks(log=print))
     finally:
         remove_lora(loaded.model)
 
@@ -462,7 +438,7 @@ def test_lora_layers_only_where_lora_trains(tiny, data_file, tmp_path):
             data.examples[:2],
             tmp_path / "a",
             TrainConfig(steps=1, lora_layers=2),
-            hooks=Hooks(log=lambda s: None),
+            QUIET,
         )
 
 
