@@ -6,7 +6,8 @@
   main rows keep the whole head, so the output cannot change, only the drafts.
 - `matmul-layout`: every `nn.Linear` but the head computes `(W @ x.T).T` instead of mlx's `x @ W.T`
   when it multiplies `--min-rows` to `--max-rows` rows (OpenBLAS packs the big operand
-  differently; timed per matrix it is up to 40% cheaper at 2-8 rows here).
+  differently: cheaper for some of these matrices at 2-8 rows, dearer for others; docs/BENCHMARKS.md
+  "Two cheaper passes tried").
 
 Decodes the first `--prompts` items of a suite with `ar` and with `ss` on a fixed static tree
 (`--tree`, rank paths as JSON), each with and without the variant, in interleaved rounds (the
@@ -78,7 +79,8 @@ class Layout:
         def call(linear, x):
             w = linear["weight"]
             rows = math.prod(x.shape[:-1])
-            if not (layout.on and layout.low <= rows <= layout.high and w.shape[0] <= max_out):
+            few = layout.low <= rows <= layout.high and w.shape[0] <= layout.max_out
+            if not (layout.on and few):
                 return layout._call(linear, x)
             y = (w @ x.reshape(rows, x.shape[-1]).T).T.reshape(*x.shape[:-1], w.shape[0])
             return y + linear["bias"] if "bias" in linear else y
