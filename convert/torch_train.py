@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from specstream_mlx.decoding.tree import Tree
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.training.positions import (
@@ -48,83 +49,147 @@ class Losses:
     stream_hits: list[tuple[int, int]]  # (correct, counted) per stream
 
 
+@dataclass
+class Sequence:
+    ids: list[int]
+    loss_mask: list[bool]
+    positions: np.ndarray | None = None  # lossless: the positions carrying streams (default: all)
+
+
 def sequence_loss(
     view: View,
     streams: TorchStreams,
     ids: list[int],
     loss_mask: list[bool],
     positions: np.ndarray | None = None,
-    alpha_main: float = 1.0,
-    alpha_stream: float = 0.1,
 ) -> Losses:
     """The loss of one sequence (see the module docstring). Lossless mode: `positions` (default:
     every position with a stream target) carry streams."""
+    return batch_loss(view, streams, [Sequence(ids, loss_mask, positions)])
+
+
+def packed_chain(batch: list[Sequence]) -> Tree:
+    """The sequences end to end, each a chain of its own: positions restart at every sequence
+    and no token attends across one (Tree.ancestors is block-diagonal)."""
+    tokens, parents, depths = [], [], []
+    for s in batch:
+        start = len(tokens)
+        tokens += s.ids
+        parents += [-1] + list(range(start, start + len(s.ids) - 1))
+        depths += list(range(len(s.ids)))
+    return Tree(tokens, parents, depths)
+
+
+def _stream_rows(cfg, batch: list[Sequence], starts) -> tuple[np.ndarray, np.ndarray]:
+    """(carry, positions): the packed positions whose streams run, and those of them whose
+    streams are scored, per sequence as sequence_loss chooses them."""
+    carry, scored = [], []
+    for s, start in zip(batch, starts, strict=False):
+        mask = np.asarray(s.loss_mask, bool)
+        if cfg.mode == "shared":
+            c = shared_stream_positions(cfg, mask)
+            p = np.intersect1d(stream_positions(mask, cfg.gamma), c)
+        else:
+            c = p = stream_positions(mask, cfg.gamma) if s.positions is None else s.positions
+        carry.append(np.asarray(c, int) + start)
+        scored.append(np.asarray(p, int) + start)
+    return np.concatenate(carry), np.concatenate(scored)
+
+
+def batch_loss(
+    view: View,
+    streams: TorchStreams,
+    batch: list[Sequence],
+    alpha_main: float = 1.0,
+    alpha_stream: float = 0.1,
+) -> Losses:
+    """The sum of the sequences' losses, each as sequence_loss gives it (the logged NLLs are
+    their means over the sequences), from one pass over them packed end to end: a step then
+    launches one pass's kernels, not one pass's per sequence, which is what bounds a GPU step."""
     cfg = streams.config
-    mask_np, t = np.asarray(loss_mask, bool), len(ids)
-    ids_t = view.tensor(ids).long()
     shared = cfg.mode == "shared"
+    n = len(batch)
+    starts = np.cumsum([0] + [len(s.ids) for s in batch])[:-1]
+    tree = packed_chain(batch)
+    t = len(tree)
+    seq = np.repeat(np.arange(n), [len(s.ids) for s in batch])  # each token's sequence
+    mask_np = np.concatenate([np.asarray(s.loss_mask, bool) for s in batch])
+    ids_t = view.tensor(tree.tokens).long()
     n_low = len(view.layers) - cfg.n_msa_layers
     with torch.set_grad_enabled(shared and torch.is_grad_enabled()):  # lossless: frozen
-        h_low = lower_layers(view, n_low, chain(ids), None, 0)  # (1, T, d)
-    if shared:
-        carry = shared_stream_positions(cfg, mask_np)
-        positions = np.intersect1d(stream_positions(mask_np, cfg.gamma), carry)
-        index = np.searchsorted(carry, positions)
-    else:
-        carry = stream_positions(mask_np, cfg.gamma) if positions is None else positions
-        positions, index = carry, np.arange(len(carry))
-    anc = np.tril(np.ones((t, t), bool))
-    depths = torch.arange(t, device=view.device)
+        h_low = lower_layers(view, n_low, tree, None, 0)  # (1, T, d)
+    carry, positions = _stream_rows(cfg, batch, starts)
+    index = np.searchsorted(carry, positions)
+    anc = np.tril(np.ones((t, t), bool)) & (seq[:, None] == seq[None, :])
+    depths = view.tensor(tree.depths)
     x = msa_layers(view, streams, h_low, depths, anc, None, 0, stream_nodes=carry)
     hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[view.tensor(index).long()]
+
+    def target(row: int, r: int) -> bool:  # token r is a target in the sequence of `row`
+        return r < t and seq[r] == seq[row] and mask_np[r]
+
+    def per_sequence(values: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        """(n,): the mean of `values` over each sequence's rows (0 where it has none)."""
+        owner = seq[rows]
+        sums = torch.zeros(n, device=view.device).index_add(0, view.tensor(owner), values)
+        return sums / view.tensor(np.maximum(np.bincount(owner, minlength=n), 1))
 
     # stream j of position p predicts token p + 1 + j, where that token is a target
     pairs = [
         (i, j)
         for j in range(1, cfg.gamma + 1)
         for i, p in enumerate(positions)
-        if p + 1 + j < t and mask_np[p + 1 + j]
+        if target(p, p + 1 + j)
     ]
-    total = torch.zeros((), device=view.device)
-    stream_nll, hits = [0.0] * cfg.gamma, [(0, 0)] * cfg.gamma
+    terms = torch.zeros((cfg.gamma, n), device=view.device)
+    hits = [(0, 0)] * cfg.gamma
     if pairs:
-        rows = view.tensor([i for i, _ in pairs]).long()
-        js = view.tensor([j for _, j in pairs]).long()
-        logits = view.head(hidden[rows, js - 1]).float()
-        targets = ids_t[view.tensor(positions).long()[rows] + 1 + js]
+        rows_np, js_np = np.array(pairs).T
+        logits = view.head(
+            hidden[view.tensor(rows_np).long(), view.tensor(js_np - 1).long()]
+        ).float()
+        targets = ids_t[view.tensor(positions[rows_np] + 1 + js_np).long()]
         nll = F.cross_entropy(logits, targets, reduction="none")
-        correct = logits.argmax(-1) == targets
-        for j in range(1, cfg.gamma + 1):
-            sel = js == j
-            n = int(sel.sum())
-            term = nll[sel].mean() if n else torch.zeros((), device=view.device)
-            total = total + (alpha_stream if shared else 1.0) * term
-            stream_nll[j - 1] = float(term.detach())
-            hits[j - 1] = (int(correct[sel].sum()), n)
+        correct = (logits.argmax(-1) == targets).cpu().numpy()
+        terms = torch.stack(
+            [
+                per_sequence(nll[view.tensor(js_np == j)], positions[rows_np[js_np == j]])
+                for j in range(1, cfg.gamma + 1)
+            ]
+        )
+        hits = [
+            (int(correct[js_np == j].sum()), int((js_np == j).sum()))
+            for j in range(1, cfg.gamma + 1)
+        ]
+    total = (alpha_stream if shared else 1.0) * terms.sum()
     # the pruning head: next-token NLL on the hidden state at the pruning point (its own
     # parameters only), over the rows the streams span (lossless) or every target (shared)
-    targets_at = mask_np[1:].copy()  # row r predicts token r + 1
+    targets_at = np.array([target(r, r + 1) for r in range(t)])  # row r predicts token r + 1
     if not shared:
-        covered = np.zeros(t - 1, bool)
-        if len(positions):
-            covered[positions[0] : positions[-1] + cfg.gamma + 1] = True
+        covered = np.zeros(t, bool)
+        for s in range(n):
+            own = positions[seq[positions] == s]
+            if len(own):
+                covered[own[0] : own[-1] + cfg.gamma + 1] = True
         targets_at &= covered
+    prune = torch.zeros(n, device=view.device)
     rows_np = np.nonzero(targets_at)[0]
-    prune_nll = torch.zeros((), device=view.device)
     if len(rows_np):
         r = view.tensor(rows_np).long()
         h = h_low[0, r].detach()
         prune_logits = view.head(h + streams.prune(h)).float()
-        prune_nll = F.cross_entropy(prune_logits, ids_t[r + 1])
-    total = total + prune_nll
+        prune = per_sequence(F.cross_entropy(prune_logits, ids_t[r + 1], reduction="none"), rows_np)
+    total = total + prune.sum()
     main_nll = None
     if shared:
-        r = view.tensor(np.nonzero(mask_np[1:])[0]).long()
-        main_logits = view.head(x[0, r]).float()
-        main = F.cross_entropy(main_logits, ids_t[r + 1])
-        total = total + alpha_main * main
-        main_nll = float(main.detach())
-    return Losses(total, stream_nll, float(prune_nll.detach()), main_nll, hits)
+        rows_np = np.nonzero([target(r, r + 1) for r in range(t)])[0]
+        r = view.tensor(rows_np).long()
+        main = F.cross_entropy(view.head(x[0, r]).float(), ids_t[r + 1], reduction="none")
+        main = per_sequence(main, rows_np)
+        total = total + alpha_main * main.sum()
+        main_nll = float(main.detach().mean())
+    stream_nll = terms.detach().mean(1).tolist()
+    return Losses(total, stream_nll, float(prune.detach().mean()), main_nll, hits)
 
 
 @dataclass
@@ -258,7 +323,7 @@ def train(
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
             group["lr"] = lr * factor
         optimizer.zero_grad(set_to_none=True)
-        losses = []
+        batch = []
         for _ in range(cfg.batch_size):
             if cursor == len(order):
                 order, cursor = rng.permutation(len(examples)), 0
@@ -268,17 +333,17 @@ def train(
             if not shared:
                 every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
                 positions = segment(every, cfg.segment, rng)
-            out = sequence_loss(view, streams, ex.ids, ex.loss_mask, positions)
-            (out.total / cfg.batch_size).backward()
-            losses.append(out)
+            batch.append(Sequence(ex.ids, ex.loss_mask, positions))
+        out = batch_loss(view, streams, batch)
+        (out.total / cfg.batch_size).backward()
         row = {
             "step": step,
-            "loss": round(float(np.mean([float(o.total.detach()) for o in losses])), 5),
-            "stream_nll": np.mean([o.stream_nll for o in losses], axis=0).round(4).tolist(),
+            "loss": round(float(out.total.detach()) / cfg.batch_size, 5),
+            "stream_nll": np.round(out.stream_nll, 4).tolist(),
             "seconds": round(time.perf_counter() - start, 2),
         }
         if shared:
-            row["main_nll"] = round(float(np.mean([o.main_nll for o in losses])), 5)
+            row["main_nll"] = round(out.main_nll, 5)
         if not np.isfinite(row["loss"]):
             raise SpecstreamError(
                 f"the loss became {row['loss']} at step {step}: lower the learning rate "

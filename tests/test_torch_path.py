@@ -217,6 +217,59 @@ def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
         remove_torch_lora(base)
 
 
+@pytest.mark.parametrize("mode", ["lossless", "shared"])
+def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, mode):
+    """The trainer's step packs its sequences end to end into one pass (batch_loss): the total
+    and its gradients are the sum of the sequences' own (sequence_loss), the logged NLLs their
+    means, the hit counts their sums: no token sees, or is scored against, another sequence."""
+    from convert.torch_adapter import remove_lora as remove_torch_lora
+    from convert.torch_train import Sequence, _lora_params, batch_loss, sequence_loss
+    from specstream_mlx.training import positions
+
+    loaded, base = pairs["llama"]
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", mode, seed=2, gamma=3, n_msa_layers=2)
+    streams = load_torch_adapter(folder, base)
+    try:
+        rng = np.random.RandomState(3)
+        batch = []
+        for length, prompt in [(14, 5), (9, 7), (21, 3)]:
+            mask = [False] * prompt + [True] * (length - prompt)
+            every = positions.stream_positions(np.array(mask), 3)
+            segment = every[1:6] if mode == "lossless" and len(every) else None
+            batch.append(Sequence(rng.randint(0, 250, size=length).tolist(), mask, segment))
+        params = [p for p in streams.parameters()] + list(_lora_params(base.model).values())
+        for p in params:
+            p.requires_grad_(True)
+
+        def grads(loss):
+            return torch.autograd.grad(loss, params, allow_unused=True)
+
+        view = View(base.model)
+        alone = [sequence_loss(view, streams, s.ids, s.loss_mask, s.positions) for s in batch]
+        packed = batch_loss(view, streams, batch)
+        assert float(packed.total.detach()) == pytest.approx(sum(float(a.total.detach()) for a in alone), abs=1e-4)
+        mean = np.mean([a.stream_nll for a in alone], axis=0)
+        assert packed.stream_nll == pytest.approx(mean.tolist(), abs=1e-4)
+        assert packed.prune_nll == pytest.approx(np.mean([a.prune_nll for a in alone]), abs=1e-4)
+        if mode == "shared":
+            assert packed.main_nll == pytest.approx(np.mean([a.main_nll for a in alone]), abs=1e-4)
+        hits = [
+            tuple(map(sum, zip(*h, strict=True)))
+            for h in zip(*[a.stream_hits for a in alone], strict=True)
+        ]
+        assert packed.stream_hits == hits and hits[0][1] > 0
+        together = grads(packed.total)
+        one_by_one = [grads(a.total) for a in alone]
+        for i, g in enumerate(together):
+            parts = [o[i] for o in one_by_one if o[i] is not None]
+            if g is None:
+                assert not parts
+                continue
+            assert torch.allclose(g, sum(parts), atol=1e-4, rtol=1e-3)
+    finally:
+        remove_torch_lora(base)
+
+
 @pytest.fixture(scope="module")
 def default_pair(default_model):
     return default_model, load_base()

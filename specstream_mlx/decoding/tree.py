@@ -24,11 +24,13 @@ class Tree:
         return self.depths == list(range(len(self)))
 
     def ancestors(self) -> np.ndarray:
-        """(N, N) bool: [i, j] is True when node j is node i or one of its ancestors."""
+        """(N, N) bool: [i, j] is True when node j is node i or one of its ancestors (a node
+        with parent -1 is a root: node 0, or the start of another chain packed after it)."""
         n = len(self)
         anc = np.eye(n, dtype=bool)
         for i in range(1, n):  # parents come before children in the flattened order
-            anc[i] |= anc[self.parents[i]]
+            if self.parents[i] >= 0:
+                anc[i] |= anc[self.parents[i]]
         return anc
 
 
