@@ -7,8 +7,9 @@
 #
 #   here:         scripts/cuda_train.sh prepare            # runs/cuda1..4 (+ runs/cuda4/data)
 #   device calls: carry ["runs/cuda1"], command "true"       (likewise cuda2, cuda3)
-#   device call:  carry ["runs/cuda4"], command "bash scripts/cuda_train.sh run sql"
-#   here:         ./dev.sh specstream convert --from FILES_AT/sql_torch --to ../runs/sql_gpu
+#   device call:  carry ["runs/cuda4"], command "bash scripts/cuda_train.sh run sql data2text"
+#   here:         tar -C ../runs -xf FILES_AT/sql_torch.tar
+#                 ./dev.sh specstream convert --from ../runs/sql_torch --to ../runs/sql_gpu
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten
@@ -16,11 +17,13 @@
 # A call runs at most 600 s; a run cut short resumes from its checkpoint (kept under runs/ on
 # the machine) when the same `run TASK` is called again within the machine's keep-warm window.
 #
-# `run TASK` (sql, data2text or summarize) trains the shipped adapters' recipe (gamma 4, 8 MSA
-# layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3,
-# LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512) on CUDA and writes the PyTorch adapter folder to $OUT/TASK_torch,
-# its log to $OUT/TASK_train.log. The data files are the project's ../shared/data, carried for
-# the run only (never committed). `rehearse TASK` runs it here on the CPU: 2 steps x 2.
+# `run TASK...` (sql, data2text, summarize; one after another) trains the shipped adapters'
+# recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as the
+# shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512) on
+# CUDA and writes each PyTorch adapter folder, tarred, to $OUT/TASK_torch.tar (a call returns at
+# most 8 files), its log to $OUT/TASK_train.log; a task whose adapter is already on the machine
+# is not trained again. The data files are the project's ../shared/data, carried for the run
+# only (never committed). `rehearse TASK` runs `run` here on the CPU: 2 steps x 2, into runs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,31 +59,36 @@ prepare)
     done
     du -sh runs/cuda[1-4]
     ;;
-rehearse)  # here, on the CPU: the join, the data and two training steps
-    mkdir -p runs/cuda/data && cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
-    f=$(files "${2:-sql}")
-    mkdir -p "runs/cuda/data/$(dirname "$f")" && gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
-    train "${2:-sql}" runs/cuda_train_rehearsal cpu 2 2 ./dev.sh python
+rehearse)  # `run` here, on the CPU: the join, the data and two training steps
+    rm -rf runs/cuda/train
+    DEVICE=cpu TORCH_PYTHON="./dev.sh python" STEPS=2 BATCH=2 OUT=runs/cuda_train_rehearsal \
+        bash "$0" run "${2:-sql}"
     ;;
 run)
-    task=${2:?usage: scripts/cuda_train.sh run TASK}
+    shift
+    [ $# -gt 0 ] || { echo "usage: scripts/cuda_train.sh run TASK [TASK...]" >&2; exit 2; }
     out=${OUT:-runs}
-    mkdir -p runs/cuda/data
-    cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
+    mkdir -p runs/cuda/data "$out"
+    [ -f runs/cuda/model.gguf ] || cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
     echo "$(cat runs/cuda4/model.gguf.sha256)  runs/cuda/model.gguf" | sha256sum -c -
-    f=$(files "$task")
-    mkdir -p "runs/cuda/data/$(dirname "$f")" && gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
-    python3 -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
+    ${TORCH_PYTHON:-python3} -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
-    # The adapter and its checkpoint stay under runs/ (a checkpoint is 31 MB, over what a call
-    # brings back, and $OUT is emptied before each call): a run cut by the call's time limit
-    # resumes when `run TASK` is called again while the machine is warm.
-    train "$task" runs/cuda/train cuda "${STEPS:-750}" "${BATCH:-4}" python3 2>&1 |
-        tee -a "$out/${task}_train.log"
-    cp -r "runs/cuda/train/${task}_torch" "$out/"
+    for task in "$@"; do
+        f=$(files "$task")
+        mkdir -p "runs/cuda/data/$(dirname "$f")"
+        gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
+        # The adapter and its checkpoint stay under runs/ (a checkpoint is 31 MB, over what a
+        # call brings back, and $OUT is emptied before each call): a task cut by the call's time
+        # limit resumes when `run` is called again while the machine is warm. Each finished
+        # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
+        [ -f "runs/cuda/train/${task}_torch/streams.safetensors" ] ||
+            train "$task" runs/cuda/train "${DEVICE:-cuda}" "${STEPS:-750}" "${BATCH:-4}" \
+                ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"
+        tar -C runs/cuda/train -cf "$out/${task}_torch.tar" "${task}_torch"
+    done
     ;;
 *)
-    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK" >&2
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...]" >&2
     exit 2
     ;;
 esac
