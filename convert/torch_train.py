@@ -394,6 +394,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="shared mode: LoRA in the top N blocks only, as MLX's train --lora-layers (0: all)",
     )
+    p.add_argument("--warmup", type=int, default=10, help="updates of linear warmup")
+    p.add_argument(
+        "--segment",
+        type=int,
+        default=64,
+        help="lossless: stream positions per sequence per step (0: all)",
+    )
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--limit", type=int, default=None, help="use the first N examples")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -406,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError(f"output folder exists: {args.out} (pass --overwrite)")
         if args.steps < 1 or args.batch_size < 1 or args.checkpoint_every < 1:
             raise SpecstreamError("--steps, --batch-size and --checkpoint-every must be >= 1")
+        if args.warmup < 0 or args.segment < 0:
+            raise SpecstreamError("--warmup and --segment must be >= 0")
         base = load_base(args.model, device=args.device)
         tokenizer = _ChatIds(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
@@ -426,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             args.batch_size,
             args.lr,
             args.lora_lr,
+            warmup=args.warmup,
+            segment=args.segment,
             seed=args.seed,
             checkpoint_every=args.checkpoint_every,
         )
@@ -438,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             log=lambda r: print(json.dumps(r), flush=True),
             checkpoint=checkpoint,
         )
-        extra = {"training": {"data": str(args.data), "examples": len(examples), **vars(cfg)}}
+        # the data's summary carries its sources (attribution travels with the adapter)
+        extra = {"training": {"data": data.summary, "examples": len(examples), **vars(cfg)}}
         extra["training"]["last"] = rows[-1]
         out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
         checkpoint.unlink(missing_ok=True)  # the adapter is written: nothing left to resume

@@ -17,10 +17,12 @@
 # A call runs at most 600 s; a run cut short resumes from its checkpoint (kept under runs/ on
 # the machine) when the same `run TASK` is called again within the machine's keep-warm window.
 #
-# `run TASK...` (sql, data2text, summarize; one after another) trains the shipped adapters'
-# recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as the
-# shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512) on
-# CUDA and writes each PyTorch adapter folder, tarred, to $OUT/TASK_torch.tar (a call returns at
+# `run TASK...` (sql, data2text, summarize, chat; one after another) trains the shipped writing
+# tools' recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as
+# the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512),
+# or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction answers of
+# corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=2000 x 4: five times the CPU rows' 400), on
+# CUDA, and writes each PyTorch adapter folder, tarred, to $OUT/TASK_torch.tar (a call returns at
 # most 8 files), its log to $OUT/TASK_train.log; a task whose adapter is already on the machine
 # is not trained again. The data files are the project's ../shared/data, carried for the run
 # only (never committed). `rehearse TASK` runs `run` here on the CPU: 2 steps x 2, into runs/.
@@ -32,8 +34,9 @@ files() {  # TASK -> the train file under runs/cuda/data
     sql) echo sql/train.jsonl ;;
     data2text) echo e2e/train.csv ;;
     summarize) echo dialogsum/train.jsonl ;;
+    chat) echo instructions/train.jsonl ;;
     *)
-        echo "unknown task $1 (sql, data2text, summarize)" >&2
+        echo "unknown task $1 (sql, data2text, summarize, chat)" >&2
         exit 2
         ;;
     esac
@@ -42,10 +45,15 @@ files() {  # TASK -> the train file under runs/cuda/data
 train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     local task=$1 out=$2 device=$3 steps=$4 batch=$5
     shift 5
-    "$@" -m convert.torch_train --model runs/cuda/model.gguf --task "$task" \
-        --data "runs/cuda/data/$(files "$task")" --mode shared --gamma 4 --n-msa-layers 8 \
-        --steps "$steps" --batch-size "$batch" --lr 3e-3 --lora-lr 5e-5 --max-length 512 \
-        --lora-layers "${LORA_LAYERS:-0}" --device "$device" --out "$out/${task}_torch" --overwrite
+    # the writing tools' shared recipe, or for chat the lossless msa12 row's (BENCHMARKS, "What
+    # limits the lossless streams") on every distilled instruction answer, for more steps
+    local recipe=(--task "$task" --mode shared --n-msa-layers 8 --lr 3e-3 --lora-lr 5e-5
+        --lora-layers "${LORA_LAYERS:-0}")
+    [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-12}" --lr 3e-3
+        --segment 32 --warmup 20)
+    "$@" -m convert.torch_train --model runs/cuda/model.gguf --data "runs/cuda/data/$(files "$task")" \
+        --gamma 4 --steps "$steps" --batch-size "$batch" --max-length 512 "${recipe[@]}" \
+        --device "$device" --out "$out/${task}_torch" --overwrite
 }
 
 case "${1:-}" in
@@ -57,11 +65,16 @@ prepare)
         f=$(files $task)
         gzip -c "$data/$f" > "runs/cuda4/data/$f.gz"
     done
+    # chat: the distilled answers kept in corpus/, with their prompts (no instructions file there)
+    rm -f runs/cuda/instructions_train.jsonl && mkdir -p runs/cuda runs/cuda4/data/instructions
+    ./dev.sh python scripts/corpus.py unpack --split train --data-dir "$data" \
+        --rows runs/cuda/instructions_train.jsonl
+    gzip -c runs/cuda/instructions_train.jsonl > runs/cuda4/data/instructions/train.jsonl.gz
     du -sh runs/cuda[1-4]
     ;;
 rehearse)  # `run` here, on the CPU: the join, the data and two training steps
     rm -rf runs/cuda/train
-    DEVICE=cpu TORCH_PYTHON="./dev.sh python" STEPS=2 BATCH=2 OUT=runs/cuda_train_rehearsal \
+    DEVICE=cpu TORCH_PYTHON="./dev.sh python" STEPS=2 CHAT_STEPS=2 BATCH=2 OUT=runs/cuda_train_rehearsal \
         bash "$0" run "${2:-sql}"
     ;;
 run)
@@ -81,8 +94,10 @@ run)
         # call brings back, and $OUT is emptied before each call): a task cut by the call's time
         # limit resumes when `run` is called again while the machine is warm. Each finished
         # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
+        steps=${STEPS:-750}
+        [ "$task" != chat ] || steps=${CHAT_STEPS:-2000}
         [ -f "runs/cuda/train/${task}_torch/streams.safetensors" ] ||
-            train "$task" runs/cuda/train "${DEVICE:-cuda}" "${STEPS:-750}" "${BATCH:-4}" \
+            train "$task" runs/cuda/train "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
                 ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"
         tar -C runs/cuda/train -cf "$out/${task}_torch.tar" "${task}_torch"
     done
