@@ -68,23 +68,48 @@ def sequence_loss(
     return batch_loss(view, streams, [Sequence(ids, loss_mask, positions)])
 
 
-def packed_chain(batch: list[Sequence]) -> Tree:
-    """The sequences end to end, each a chain of its own: positions restart at every sequence
-    and no token attends across one (Tree.ancestors is block-diagonal)."""
-    tokens, parents, depths = [], [], []
-    for s in batch:
-        start = len(tokens)
-        tokens += s.ids
-        parents += [-1] + list(range(start, start + len(s.ids) - 1))
-        depths += list(range(len(s.ids)))
-    return Tree(tokens, parents, depths)
+@dataclass
+class Pack:
+    """A batch's sequences end to end, as one pass runs them."""
+
+    tree: Tree  # each sequence a chain of its own: positions restart, ancestors block-diagonal
+    seq: np.ndarray  # (T,) the sequence each token belongs to
+    loss_mask: np.ndarray  # (T,) bool
+    starts: np.ndarray  # (n,) each sequence's first token
+
+    @classmethod
+    def of(cls, batch: list[Sequence]) -> Pack:
+        tokens, parents, depths = [], [], []
+        for s in batch:
+            start = len(tokens)
+            tokens += s.ids
+            parents += [-1] + list(range(start, start + len(s.ids) - 1))
+            depths += list(range(len(s.ids)))
+        lengths = [len(s.ids) for s in batch]
+        return cls(
+            Tree(tokens, parents, depths),
+            np.repeat(np.arange(len(batch)), lengths),
+            np.concatenate([np.asarray(s.loss_mask, bool) for s in batch]),
+            np.cumsum([0] + lengths)[:-1],
+        )
+
+    def targets(self, rows: np.ndarray, offset: np.ndarray | int) -> np.ndarray:
+        """bool per row: token row + offset is a target of the row's own sequence."""
+        r = rows + offset
+        inside = r < len(self.seq)
+        r = np.where(inside, r, 0)
+        return inside & (self.seq[r] == self.seq[rows]) & self.loss_mask[r]
+
+    def ancestors(self) -> np.ndarray:
+        """(T, T) bool: causal within each sequence, nothing across (= tree.ancestors())."""
+        return np.tril(np.ones((len(self.seq),) * 2, bool)) & (self.seq[:, None] == self.seq)
 
 
 def _stream_rows(cfg, batch: list[Sequence], starts) -> tuple[np.ndarray, np.ndarray]:
     """(carry, positions): the packed positions whose streams run, and those of them whose
     streams are scored, per sequence as sequence_loss chooses them."""
     carry, scored = [], []
-    for s, start in zip(batch, starts, strict=False):
+    for s, start in zip(batch, starts, strict=True):
         mask = np.asarray(s.loss_mask, bool)
         if cfg.mode == "shared":
             c = shared_stream_positions(cfg, mask)
@@ -94,6 +119,44 @@ def _stream_rows(cfg, batch: list[Sequence], starts) -> tuple[np.ndarray, np.nda
         carry.append(np.asarray(c, int) + start)
         scored.append(np.asarray(p, int) + start)
     return np.concatenate(carry), np.concatenate(scored)
+
+
+def _per_sequence(view: View, pack: Pack, values: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    """(n,): the mean of `values` (one per row) over each sequence's rows; 0 where it has none."""
+    n, owner = len(pack.starts), pack.seq[rows]
+    sums = torch.zeros(n, device=view.device).index_add(0, view.tensor(owner), values)
+    return sums / view.tensor(np.maximum(np.bincount(owner, minlength=n), 1))
+
+
+def _stream_terms(view, pack: Pack, hidden, positions: np.ndarray, gamma: int):
+    """((gamma, n) per-sequence mean NLL of each stream, [(right, counted)] per stream): stream
+    j of position p predicts token p + 1 + j, where that token is a target."""
+    ids_t = view.tensor(pack.tree.tokens).long()
+    rows, js = np.nonzero(np.stack([pack.targets(positions, 1 + j) for j in range(1, gamma + 1)]).T)
+    js = js + 1
+    if not len(rows):
+        return torch.zeros((gamma, len(pack.starts)), device=view.device), [(0, 0)] * gamma
+    logits = view.head(hidden[view.tensor(rows).long(), view.tensor(js - 1).long()]).float()
+    targets = ids_t[view.tensor(positions[rows] + 1 + js).long()]
+    nll = F.cross_entropy(logits, targets, reduction="none")
+    right = (logits.argmax(-1) == targets).cpu().numpy()
+    terms = [
+        _per_sequence(view, pack, nll[view.tensor(js == j)], positions[rows[js == j]])
+        for j in range(1, gamma + 1)
+    ]
+    hits = [(int(right[js == j].sum()), int((js == j).sum())) for j in range(1, gamma + 1)]
+    return torch.stack(terms), hits
+
+
+def _spanned(pack: Pack, positions: np.ndarray, gamma: int) -> np.ndarray:
+    """bool per token: within its sequence, from the first stream position to gamma past the
+    last (the rows lossless mode trains the pruning head on)."""
+    covered = np.zeros(len(pack.seq), bool)
+    for s in range(len(pack.starts)):
+        own = positions[pack.seq[positions] == s]
+        if len(own):
+            covered[own[0] : own[-1] + gamma + 1] = True
+    return covered
 
 
 def batch_loss(
@@ -108,84 +171,37 @@ def batch_loss(
     launches one pass's kernels, not one pass's per sequence, which is what bounds a GPU step."""
     cfg = streams.config
     shared = cfg.mode == "shared"
-    n = len(batch)
-    starts = np.cumsum([0] + [len(s.ids) for s in batch])[:-1]
-    tree = packed_chain(batch)
-    t = len(tree)
-    seq = np.repeat(np.arange(n), [len(s.ids) for s in batch])  # each token's sequence
-    mask_np = np.concatenate([np.asarray(s.loss_mask, bool) for s in batch])
-    ids_t = view.tensor(tree.tokens).long()
-    n_low = len(view.layers) - cfg.n_msa_layers
+    pack = Pack.of(batch)
+    t = len(pack.seq)
+    ids_t = view.tensor(pack.tree.tokens).long()
     with torch.set_grad_enabled(shared and torch.is_grad_enabled()):  # lossless: frozen
-        h_low = lower_layers(view, n_low, tree, None, 0)  # (1, T, d)
-    carry, positions = _stream_rows(cfg, batch, starts)
-    index = np.searchsorted(carry, positions)
-    anc = np.tril(np.ones((t, t), bool)) & (seq[:, None] == seq[None, :])
-    depths = view.tensor(tree.depths)
-    x = msa_layers(view, streams, h_low, depths, anc, None, 0, stream_nodes=carry)
-    hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[view.tensor(index).long()]
-
-    def target(row: int, r: int) -> bool:  # token r is a target in the sequence of `row`
-        return r < t and seq[r] == seq[row] and mask_np[r]
-
-    def per_sequence(values: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
-        """(n,): the mean of `values` over each sequence's rows (0 where it has none)."""
-        owner = seq[rows]
-        sums = torch.zeros(n, device=view.device).index_add(0, view.tensor(owner), values)
-        return sums / view.tensor(np.maximum(np.bincount(owner, minlength=n), 1))
-
-    # stream j of position p predicts token p + 1 + j, where that token is a target
-    pairs = [
-        (i, j)
-        for j in range(1, cfg.gamma + 1)
-        for i, p in enumerate(positions)
-        if target(p, p + 1 + j)
-    ]
-    terms = torch.zeros((cfg.gamma, n), device=view.device)
-    hits = [(0, 0)] * cfg.gamma
-    if pairs:
-        rows_np, js_np = np.array(pairs).T
-        logits = view.head(
-            hidden[view.tensor(rows_np).long(), view.tensor(js_np - 1).long()]
-        ).float()
-        targets = ids_t[view.tensor(positions[rows_np] + 1 + js_np).long()]
-        nll = F.cross_entropy(logits, targets, reduction="none")
-        correct = (logits.argmax(-1) == targets).cpu().numpy()
-        terms = torch.stack(
-            [
-                per_sequence(nll[view.tensor(js_np == j)], positions[rows_np[js_np == j]])
-                for j in range(1, cfg.gamma + 1)
-            ]
-        )
-        hits = [
-            (int(correct[js_np == j].sum()), int((js_np == j).sum()))
-            for j in range(1, cfg.gamma + 1)
-        ]
+        h_low = lower_layers(view, len(view.layers) - cfg.n_msa_layers, pack.tree, None, 0)
+    carry, positions = _stream_rows(cfg, batch, pack.starts)
+    depths = view.tensor(pack.tree.depths)
+    x = msa_layers(view, streams, h_low, depths, pack.ancestors(), None, 0, stream_nodes=carry)
+    index = view.tensor(np.searchsorted(carry, positions)).long()
+    hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[index]  # (P, gamma, d)
+    terms, hits = _stream_terms(view, pack, hidden, positions, cfg.gamma)
     total = (alpha_stream if shared else 1.0) * terms.sum()
     # the pruning head: next-token NLL on the hidden state at the pruning point (its own
     # parameters only), over the rows the streams span (lossless) or every target (shared)
-    targets_at = np.array([target(r, r + 1) for r in range(t)])  # row r predicts token r + 1
-    if not shared:
-        covered = np.zeros(t, bool)
-        for s in range(n):
-            own = positions[seq[positions] == s]
-            if len(own):
-                covered[own[0] : own[-1] + cfg.gamma + 1] = True
-        targets_at &= covered
-    prune = torch.zeros(n, device=view.device)
-    rows_np = np.nonzero(targets_at)[0]
-    if len(rows_np):
-        r = view.tensor(rows_np).long()
+    nexts = pack.targets(np.arange(t), 1)  # row r predicts token r + 1
+    rows = np.nonzero(nexts if shared else nexts & _spanned(pack, positions, cfg.gamma))[0]
+    prune = torch.zeros(len(batch), device=view.device)
+    if len(rows):
+        r = view.tensor(rows).long()
         h = h_low[0, r].detach()
-        prune_logits = view.head(h + streams.prune(h)).float()
-        prune = per_sequence(F.cross_entropy(prune_logits, ids_t[r + 1], reduction="none"), rows_np)
+        nll = F.cross_entropy(
+            view.head(h + streams.prune(h)).float(), ids_t[r + 1], reduction="none"
+        )
+        prune = _per_sequence(view, pack, nll, rows)
     total = total + prune.sum()
     main_nll = None
     if shared:
-        rows_np = np.nonzero([target(r, r + 1) for r in range(t)])[0]
-        r = view.tensor(rows_np).long()
-        main = F.cross_entropy(view.head(x[0, r]).float(), ids_t[r + 1], reduction="none")
-        main = per_sequence(main, rows_np)
+        rows = np.nonzero(nexts)[0]
+        r = view.tensor(rows).long()
+        nll = F.cross_entropy(view.head(x[0, r]).float(), ids_t[r + 1], reduction="none")
+        main = _per_sequence(view, pack, nll, rows)
         total = total + alpha_main * main.sum()
         main_nll = float(main.detach().mean())
     stream_nll = terms.detach().mean(1).tolist()
@@ -195,7 +211,7 @@ def batch_loss(
 @dataclass
 class TrainConfig:
     steps: int = 200
-    batch_size: int = 4  # sequences per optimizer step (gradients accumulated)
+    batch_size: int = 4  # sequences per optimizer step (packed into one pass: batch_loss)
     learning_rate: float = 5e-4  # stream parameters
     lora_learning_rate: float = 5e-5  # shared mode's LoRA (at scale 20, as the MLX trainer)
     warmup: int = 10
