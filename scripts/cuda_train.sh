@@ -8,8 +8,11 @@
 #   here:         scripts/cuda_train.sh prepare            # runs/cuda1..4 (+ runs/cuda4/data)
 #   device calls: carry ["runs/cuda1"], command "true"       (likewise cuda2, cuda3)
 #   device call:  carry ["runs/cuda4"], command "bash scripts/cuda_train.sh run sql data2text"
-#   here:         tar -C ../runs -xf FILES_AT/sql_torch.tar
-#                 ./dev.sh specstream convert --from ../runs/sql_torch --to ../runs/sql_gpu
+#   here:         scripts/cuda_train.sh import FILES_AT    # ../runs/gpu/TASK, MLX adapters
+#
+# then score them as their CPU-trained peers (docs/BENCHMARKS.md): chat with
+# `benchmarks/validate_streams.py --adapter ../runs/gpu/chat --data ../runs/ablation/dev300.jsonl`,
+# a writing tool with `specstream bench --suite sql --adapter ../runs/gpu/sql ...`.
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten
@@ -102,8 +105,20 @@ run)
         tar -C runs/cuda/train -cf "$out/${task}_torch.tar" "${task}_torch"
     done
     ;;
+import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/TASK (MLX)
+    from=${2:?usage: scripts/cuda_train.sh import FOLDER}
+    to=${GPU_DIR:-../runs/gpu}
+    mkdir -p "$to"
+    for tarball in "$from"/*_torch.tar; do
+        [ -f "$tarball" ] || { echo "no TASK_torch.tar in $from" >&2; exit 2; }
+        task=$(basename "$tarball" _torch.tar)
+        tar -C "$to" -xf "$tarball"
+        ./dev.sh specstream convert --from "$to/${task}_torch" --to "$to/$task" --overwrite \
+            --model "${MODEL:-smollm2-135m-instruct}"
+    done
+    ;;
 *)
-    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...]" >&2
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | import FOLDER" >&2
     exit 2
     ;;
 esac
