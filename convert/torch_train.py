@@ -100,10 +100,6 @@ class Pack:
         r = np.where(inside, r, 0)
         return inside & (self.seq[r] == self.seq[rows]) & self.loss_mask[r]
 
-    def ancestors(self) -> np.ndarray:
-        """(T, T) bool: causal within each sequence, nothing across (= tree.ancestors())."""
-        return np.tril(np.ones((len(self.seq),) * 2, bool)) & (self.seq[:, None] == self.seq)
-
 
 def _stream_rows(cfg, batch: list[Sequence], starts) -> tuple[np.ndarray, np.ndarray]:
     """(carry, positions): the packed positions whose streams run, and those of them whose
@@ -178,7 +174,8 @@ def batch_loss(
         h_low = lower_layers(view, len(view.layers) - cfg.n_msa_layers, pack.tree, None, 0)
     carry, positions = _stream_rows(cfg, batch, pack.starts)
     depths = view.tensor(pack.tree.depths)
-    x = msa_layers(view, streams, h_low, depths, pack.ancestors(), None, 0, stream_nodes=carry)
+    anc = pack.tree.ancestors()  # (T, T): causal within each sequence, nothing across
+    x = msa_layers(view, streams, h_low, depths, anc, None, 0, stream_nodes=carry)
     index = view.tensor(np.searchsorted(carry, positions)).long()
     hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[index]  # (P, gamma, d)
     terms, hits = _stream_terms(view, pack, hidden, positions, cfg.gamma)

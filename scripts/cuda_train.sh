@@ -16,7 +16,8 @@
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten
-# ops a step); it now packs a step's sequences into one pass (~34k ops), not yet timed on a GPU.
+# ops a step); it now packs a step's sequences into one pass (~34k ops:
+# benchmarks/torch_train_ops.py), not yet timed on a GPU.
 # A call runs at most 600 s; a run cut short resumes from its checkpoint (kept under runs/ on
 # the machine) when the same `run TASK` is called again within the machine's keep-warm window.
 #

@@ -247,7 +247,9 @@ def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, 
         view = View(base.model)
         alone = [sequence_loss(view, streams, s.ids, s.loss_mask, s.positions) for s in batch]
         packed = batch_loss(view, streams, batch)
-        assert float(packed.total.detach()) == pytest.approx(sum(float(a.total.detach()) for a in alone), abs=1e-4)
+        assert float(packed.total.detach()) == pytest.approx(
+            sum(float(a.total.detach()) for a in alone), abs=1e-4
+        )
         mean = np.mean([a.stream_nll for a in alone], axis=0)
         assert packed.stream_nll == pytest.approx(mean.tolist(), abs=1e-4)
         assert packed.prune_nll == pytest.approx(np.mean([a.prune_nll for a in alone]), abs=1e-4)
