@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,6 +48,20 @@ def _float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 1-65535, got {value}")
+    return value
+
+
 def temperature(text: str) -> float:
     value = _float(text)
     if value < 0:
@@ -57,6 +74,58 @@ def probability(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a value in (0, 1], got {value}")
     return value
+
+
+def output_file(path: str | None, flag: str, parents: bool = False) -> None:
+    """Checked before any work starts: `path` can be written as a file (not a folder, in a
+    folder that takes new files, or whose missing folders will be made when `parents`), so a
+    long run never ends in a lost result."""
+    from specstream_mlx import SpecstreamError
+
+    if path is None:
+        return
+    out = Path(path)
+    if out.is_dir():
+        raise SpecstreamError(f"{flag} {out} is a folder: give a file")
+    if not parents and not out.parent.is_dir():
+        raise SpecstreamError(f"{flag} {out}: no folder {out.parent}")
+    _probe(_nearest(out), f"{flag} {out}")
+
+
+def output_folder(path: str, flag: str, overwrite: bool) -> None:
+    """Checked before any work starts: `path` can be written as a folder (replaced only with
+    `overwrite`; missing parent folders are made when it is written)."""
+    from specstream_mlx import SpecstreamError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise SpecstreamError(f"{flag} {out} is a file: give a folder")
+    if out.exists() and not overwrite:
+        raise SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    _probe(_nearest(out), f"{flag} {out}")
+
+
+def _nearest(path: Path) -> Path:
+    """The closest existing folder above `path`: where writing it starts."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    return parent
+
+
+def _probe(folder: Path, what: str) -> None:
+    """A file created and removed in `folder`: the one test of writability that holds for
+    every user and file system (permission bits say nothing to root or on /proc)."""
+    from specstream_mlx import SpecstreamError
+
+    if not folder.is_dir():
+        raise SpecstreamError(f"{what}: {folder} is not a folder")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".specstream-probe-", dir=folder)
+    except OSError as exc:
+        raise SpecstreamError(f"{what}: cannot write in {folder} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

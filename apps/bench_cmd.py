@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from .args import add_model_args, positive_int, temperature
+from .args import add_model_args, output_file, positive_int, temperature
 from .progress import Progress
 
 HELP = "benchmark decoding methods side by side (speedup, tau, quality, memory)"
@@ -68,10 +68,16 @@ def add_parser(subparsers) -> None:
 
 def _write(path: str, text: str) -> None:
     """Atomically: a reader never sees half a report."""
+    from specstream_mlx import SpecstreamError
+
     out = Path(path)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise SpecstreamError(f"cannot write {out}: {exc.strerror}") from None
 
 
 def run(args) -> int:
@@ -84,6 +90,8 @@ def run(args) -> int:
         methods = tuple(m for m in METHODS if given.get(m, True))
     else:
         methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    for path, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot")):
+        output_file(path, flag)  # before the run: a finished measurement is never lost
     config = BenchConfig(
         suite=args.suite,
         data=args.data,

@@ -3,7 +3,7 @@ streams."""
 
 from __future__ import annotations
 
-from .args import add_model_args, positive_int
+from .args import add_model_args, output_file, positive_int
 from .progress import Progress, shows_bar
 
 HELP = "generate the base model's greedy answers for prompts (batched)"
@@ -59,15 +59,14 @@ def source_prompts(args) -> list:
     from pathlib import Path
 
     import specstream_mlx as ss
+    from specstream_mlx.jsonl import read_rows
     from specstream_mlx.training.chat_prompts import build_chat_mix
-    from specstream_mlx.training.data import read_jsonl
     from specstream_mlx.training.instructions import FILE, Instruction, instructions_split
 
     if args.prompts:
-        rows = read_jsonl(args.prompts)
-        missing = [i for i, r in enumerate(rows, 1) if not isinstance(r.get("prompt"), str)]
-        if missing:
-            raise ss.SpecstreamError(f"rows without a prompt string: {missing[:10]}")
+        rows = read_rows(args.prompts, _prompt_row, "prompts")
+        if not rows:
+            raise ss.SpecstreamError(f"no prompts in {args.prompts}")
         name = Path(args.prompts).name
         items = [
             Instruction(r["prompt"], str(r.get("source", name)), str(r.get("category", "")))
@@ -81,10 +80,25 @@ def source_prompts(args) -> list:
     return items[: args.limit]
 
 
+def _prompt_row(row) -> dict:
+    from specstream_mlx.jsonl import BadRow
+
+    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+        raise BadRow('needs a "prompt" string')
+    if not row["prompt"].strip():
+        raise BadRow("the prompt is empty")
+    return row
+
+
 def run(args) -> int:
+    from pathlib import Path
+
     import specstream_mlx as ss
     from specstream_mlx.training.distill import distill
 
+    if args.prompts and Path(args.out).resolve() == Path(args.prompts).resolve():
+        raise ss.SpecstreamError("--out must differ from --prompts (rows are appended to --out)")
+    output_file(args.out, "--out", parents=True)
     prompts = source_prompts(args)
     loaded = ss.load(args.model, precision=args.precision)
     bar = Progress("rows", "distill", args.quiet)

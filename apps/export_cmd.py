@@ -30,6 +30,8 @@ def run(args) -> int:
     from specstream_mlx.models.gguf import convert_gguf
     from specstream_mlx.models.packaged import MODELS, default_gguf_path, packaged_gguf
 
+    from .args import output_folder
+
     if args.model is None:
         gguf = default_gguf_path()
     elif args.model in MODELS:
@@ -40,6 +42,7 @@ def run(args) -> int:
             raise SpecstreamError(f"{gguf} is a folder: it can be loaded by mlx-lm as it is")
         if gguf.suffix != ".gguf":
             raise SpecstreamError(f"{gguf} is not a .gguf file")
+    output_folder(args.out, "--out", args.overwrite)
     out = convert_gguf(gguf, args.out, overwrite=args.overwrite, dtype=args.dtype)
     print(f'wrote {out} (run it with: mlx_lm.generate --model {out} --prompt "Hello")')
     return 0

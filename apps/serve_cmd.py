@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 
-from .args import add_model_args, positive_int
+from .args import add_model_args, positive_int, tcp_port
 
 HELP = "serve an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)"
 
@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("serve", help=HELP, description=HELP)
     add_model_args(p)
     p.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
-    p.add_argument("--port", type=positive_int, default=8080, help="default 8080")
+    p.add_argument("--port", type=tcp_port, default=8080, help="default 8080")
     p.add_argument(
         "--api-key",
         default=os.environ.get("SPECSTREAM_API_KEY") or None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .args import add_model_args, non_negative_int, positive_int
+from .args import add_model_args, non_negative_int, output_folder, positive_float, positive_int
 from .progress import Progress, shows_bar
 
 HELP = "train a speculative-stream adapter"
@@ -74,8 +74,10 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--steps", type=positive_int, default=200)
     p.add_argument("--batch-size", type=positive_int, default=4)
-    p.add_argument("--lr", type=float, default=5e-4, help="streams and pruning projection")
-    p.add_argument("--lora-lr", type=float, default=5e-5, help="LoRA layers (shared, next-token)")
+    p.add_argument("--lr", type=positive_float, default=5e-4, help="streams and pruning projection")
+    p.add_argument(
+        "--lora-lr", type=positive_float, default=5e-5, help="LoRA layers (shared, next-token)"
+    )
     p.add_argument("--warmup", type=positive_int, default=10)
     p.add_argument("--max-length", type=positive_int, default=512)
     p.add_argument(
@@ -139,8 +141,7 @@ def run(args) -> int:
         raise ss.SpecstreamError(
             f"--targets {args.targets} is for --mode lossless, not {args.mode}"
         )
-    if out.exists() and not args.overwrite:
-        raise ss.SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    output_folder(args.out, "--out", args.overwrite)
     loaded = ss.load(args.model, precision=args.precision)
     data = load_dataset(args.data, loaded.tokenizer, args.max_length, args.task)
     if args.val:

@@ -8,6 +8,7 @@ detokenization, and statistics.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -119,8 +120,8 @@ def stream_generate(
     decoder ran: a lossless "ss" whose best tree here is empty decodes plainly.
     """
     opts = Options(**options).validate()
-    if max_tokens < 1:
-        raise SpecstreamError(f"max_tokens must be >= 1, got {max_tokens}")
+    if not _is_int(max_tokens) or max_tokens < 1:
+        raise SpecstreamError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     sampling = sampling or SamplingParams()
     prompt_ids = _prompt_ids(loaded, prompt, chat)
     budget = min(max_tokens, loaded.context_length - len(prompt_ids))
@@ -161,10 +162,19 @@ def _cut(tokens: list[int], eos: set[int], room: int) -> tuple[list[int], str | 
 
 
 def _prompt_ids(loaded: LoadedModel, prompt, chat: bool | None) -> list[int]:
-    if prompt and isinstance(prompt, list) and isinstance(prompt[0], int):
-        prompt_ids = list(prompt)
-    else:
+    if _is_ids(prompt):
+        prompt_ids = [int(t) for t in prompt]
+        vocab = loaded.config.get("vocab_size")
+        bad = [t for t in prompt_ids if t < 0 or (vocab is not None and t >= vocab)]
+        if bad:
+            raise SpecstreamError(f"token ids outside the vocabulary (0..{vocab}): {bad[:5]}")
+    elif isinstance(prompt, str) or _is_messages(prompt):
         prompt_ids = encode_prompt(loaded, prompt, chat)
+    else:
+        raise SpecstreamError(
+            "the prompt must be a string, a list of chat messages ({'role': str, 'content': "
+            f"str}}) or a list of token ids, not {type(prompt).__name__}"
+        )
     if not prompt_ids:
         raise SpecstreamError("the prompt is empty")
     if len(prompt_ids) >= loaded.context_length:
@@ -173,6 +183,21 @@ def _prompt_ids(loaded: LoadedModel, prompt, chat: bool | None) -> list[int]:
             f"{loaded.context_length}"
         )
     return prompt_ids
+
+
+def _is_ids(prompt) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and all(_is_int(t) for t in prompt)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_messages(prompt) -> bool:
+    return isinstance(prompt, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in prompt
+    )
 
 
 def generate(

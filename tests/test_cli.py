@@ -283,3 +283,50 @@ def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base
     proc = specstream("convert", "--from", str(folder), "--to", str(tmp_path / "out"),
                       "--no-check")  # fmt: skip
     assert_clean_error(proc, "base_model must be an object")
+
+
+UNWRITABLE = "/proc/specstream-test"  # no file can be made there, even by root
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, tiny_folders):
+    model = ["--model", str(tiny_folders["llama"])]
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "p", "completion": "c"}\n' * 3)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Say hi"}\n')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    train = ["train", *model, "--data", str(data), "--steps", "1"]
+    bench = ["bench", *model, "--suite", "specbench", "--data", str(prompts), "--limit", "1"]
+    cases = [
+        (train + ["--out", str(a_file), "--overwrite"], "is a file: give a folder"),
+        (train + ["--out", UNWRITABLE + "/adapter"], "cannot write in /proc"),
+        (train + ["--out", str(tmp_path / "x"), "--lr", "nan"], "--lr"),
+        (bench + ["--json", UNWRITABLE + ".json"], "cannot write in /proc"),
+        (bench + ["--markdown", str(tmp_path)], "is a folder: give a file"),
+        (["distill", *model, "--prompts", str(prompts), "--out", str(tmp_path)], "is a folder"),
+        (["export-model", "--out", str(a_file), "--overwrite"], "is a file: give a folder"),
+        (["serve", "--port", "99999"], "1-65535"),
+    ]
+    for argv, fragment in cases:
+        assert_clean_error(specstream(*argv), fragment)
+    assert a_file.read_text() == "x"  # nothing replaced or moved aside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "prompts.jsonl", "train.jsonl"]
+
+
+def test_distill_reads_prompt_rows_and_names_the_bad_ones(tmp_path, tiny_folders):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Say hi"}\n{"prompt": "  "}\n{"text": "no prompt"}\n')
+    out = tmp_path / "answers.jsonl"
+    argv = ["distill", "--model", str(tiny_folders["llama"]), "--prompts", str(prompts)]
+    assert_clean_error(
+        specstream(*argv, "--out", str(out)),
+        "line 2: the prompt is empty",
+        'line 3: needs a "prompt" string',
+    )
+    assert_clean_error(specstream(*argv, "--out", str(prompts)), "--out must differ")
+    prompts.write_text('{"prompt": "Say hi"}\n')
+    proc = specstream(*argv, "--out", str(out), "--max-tokens", "4", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["prompt"] == "Say hi"

@@ -62,8 +62,14 @@ def test_generation_stops_at_full_context(tiny):
         ("", {}, "prompt is empty"),
         ("   ", {}, "prompt is empty"),
         ("x" * 400, {"chat": False}, "context holds 256"),
-        ("hi", {"max_tokens": 0}, "max_tokens must be >= 1"),
+        ("hi", {"max_tokens": 0}, "max_tokens must be an integer >= 1"),
+        ("hi", {"max_tokens": "5"}, "max_tokens must be an integer >= 1"),
         ("hi", {"decoder": "medusa"}, "decoder must be one of"),
+        ([10**9], {}, "token ids outside the vocabulary"),
+        ([-1, 5], {}, "token ids outside the vocabulary"),
+        (123, {}, "the prompt must be a string, a list of chat messages"),
+        ([{"role": "user"}], {}, "the prompt must be a string, a list of chat messages"),
+        (["a"], {}, "the prompt must be a string, a list of chat messages"),
     ],
 )
 def test_bad_input_is_a_clear_error(tiny, prompt, kwargs, message):

@@ -7,14 +7,14 @@ import sys
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import make_prompt_cache
 
 import specstream_mlx as ss
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.models.arch import arch_of
-from specstream_mlx.streams.adapter_io import load_adapter
+from specstream_mlx.streams.adapter_io import load_adapter, read_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training import forward, positions, trainer
@@ -259,6 +259,38 @@ def test_checkpoints_of_older_versions_resume(tiny, data_file, tmp_path):
         train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", other, QUIET)
 
 
+@pytest.mark.parametrize("damage", ["progress", "params", "optimizer"])
+def test_a_broken_checkpoint_is_one_clear_error(tiny, data_file, tmp_path, damage):
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    cfg = TrainConfig(steps=4, batch_size=2, checkpoint_every=1, val_every=99)
+    run = (tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", cfg)
+    train(*run, Hooks(stop_after=1, log=lambda s: None))
+    folder = tmp_path / "r.checkpoint"
+    if damage == "progress":
+        (folder / "progress.json").write_text("[]")
+    elif damage == "params":
+        (folder / "params.safetensors").write_bytes(b"\x00" * 10)
+    else:
+        (folder / "optimizer.safetensors").unlink()
+    with pytest.raises(ss.SpecstreamError, match="unreadable checkpoint .*remove it"):
+        train(*run, QUIET)
+
+
+def test_adapters_with_nan_weights_are_never_written_or_read(tiny, tmp_path):
+    params = params_for(tiny)
+    folder = save_adapter(tmp_path / "good", params, tiny)
+    weights = mx.load(str(folder / "adapters.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = mx.full(weights[name].shape, float("nan"))
+    mx.save_safetensors(str(folder / "adapters.safetensors"), weights)
+    with pytest.raises(ss.SpecstreamError, match="NaN or infinite values in 1 tensors.*retrain"):
+        read_adapter(folder, tiny)
+    params.update(tree_unflatten([(name, weights[name])]))
+    with pytest.raises(ss.SpecstreamError, match="not writing .*NaN or infinite"):
+        save_adapter(tmp_path / "bad", params, tiny)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tiny, data_file, tmp_path, monkeypatch):
     data = load_dataset(data_file, tiny.tokenizer, 128)
     real = forward.stream_loss
@@ -302,6 +334,33 @@ def test_malformed_jsonl_reports_line_numbers(tmp_path):
     empty.write_text("\n")
     with pytest.raises(ss.SpecstreamError, match="no examples"):
         read_jsonl(empty)
+
+
+def test_rows_of_the_wrong_shape_are_reported_by_line(tmp_path):
+    rows = [
+        '{"text": 5}',
+        '{"messages": "hello"}',
+        '{"messages": [{"role": "user", "content": 5}]}',
+        '{"messages": [{"content": "no role"}, {"role": "assistant", "content": "a"}]}',
+        '{"messages": [{"role": "user", "content": "no answer"}]}',
+        '{"prompt": 5, "completion": "x"}',
+        '{"prompt": "p", "completion": ""}',
+    ]
+    bad = tmp_path / "types.jsonl"
+    bad.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ss.SpecstreamError) as err:
+        read_jsonl(bad)
+    message = str(err.value)
+    for line, why in [
+        (1, '"text" must be a string'),
+        (2, '"messages" must be a list'),
+        (3, "every message needs a role"),
+        (4, "every message needs a role"),
+        (5, "no assistant message"),
+        (6, '"prompt" must be a string'),
+    ]:
+        assert f"line {line}: {why}" in message
+    assert "line 7" not in message  # an empty completion is a string: the row is read
 
 
 @pytest.mark.parametrize("targets", ["text", "soft"])

@@ -272,8 +272,14 @@ def write_model_folder(
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise SpecstreamError(f"output folder exists: {out_dir} (pass --overwrite to replace it)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecstreamError(f"output {out_dir} exists and is not a folder")
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    except OSError as exc:
+        raise SpecstreamError(f"cannot write {out_dir}: {exc.strerror}") from None
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is an ordinary folder
     try:
         mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")

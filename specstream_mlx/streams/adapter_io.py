@@ -137,6 +137,13 @@ def write_folder(
     """Build the folder (one safetensors file, one JSON file, and the JSON files in `more`)
     beside its target, then rename it into place: a reader sees the old folder or the new one,
     never half of one."""
+    bad = non_finite(weights)
+    if bad:  # never replace a folder with weights no reader accepts
+        raise SpecstreamError(
+            f"not writing {folder}: NaN or infinite values in {len(bad)} tensors "
+            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); training diverged "
+            "(a lower --lr may help)"
+        )
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
@@ -348,11 +355,26 @@ def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> No
 
 def _read_weights(folder: Path) -> dict[str, mx.array]:
     try:
-        return mx.load(str(folder / WEIGHTS))
+        weights = mx.load(str(folder / WEIGHTS))
     except Exception as exc:  # mlx raises RuntimeError/ValueError on a broken file
         raise SpecstreamError(
             f"cannot read {folder / WEIGHTS}: corrupt or truncated ({exc})"
         ) from None
+    bad = non_finite(weights)
+    if bad:  # a diverged training run: its drafts would be garbage, its shared LoRA worse
+        raise SpecstreamError(
+            f"{folder / WEIGHTS} holds NaN or infinite values in {len(bad)} tensors "
+            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}): retrain it"
+        )
+    return weights
+
+
+def non_finite(weights: dict[str, mx.array]) -> list[str]:
+    """The names of the floating-point tensors holding a NaN or an infinity."""
+    floats = {k: v for k, v in weights.items() if mx.issubdtype(v.dtype, mx.floating)}
+    checks = {k: mx.all(mx.isfinite(v)) for k, v in floats.items()}
+    mx.eval(checks)
+    return sorted(k for k, ok in checks.items() if not ok.item())
 
 
 def _read_lora_adapter(source: str, folder: Path, config: dict, loaded) -> Adapter:

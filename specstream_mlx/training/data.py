@@ -65,7 +65,30 @@ def _training_row(row) -> dict:
         {"messages", "text"} & row.keys() or {"prompt", "completion"} <= row.keys()
     ):
         raise BadRow("needs messages, prompt+completion, or text")
+    if "text" in row:
+        _check_text(row, "text")
+    elif "messages" in row:
+        _check_messages(row["messages"])
+    else:
+        _check_text(row, "prompt")
+        _check_text(row, "completion")
     return row
+
+
+def _check_text(row: dict, key: str) -> None:
+    if not isinstance(row[key], str):
+        raise BadRow(f'"{key}" must be a string, not {type(row[key]).__name__}')
+
+
+def _check_messages(messages) -> None:
+    roles = ("system", "user", "assistant")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise BadRow('"messages" must be a list of {"role", "content"} objects')
+    for m in messages:
+        if m.get("role") not in roles or not isinstance(m.get("content"), str):
+            raise BadRow(f"every message needs a role ({', '.join(roles)}) and a string content")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise BadRow("no assistant message: nothing to learn from")
 
 
 def _chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:

@@ -177,16 +177,27 @@ class Checkpoint:
 
     def progress(self) -> dict:
         try:
-            return json.loads((self.path / "progress.json").read_text())
+            progress = json.loads((self.path / "progress.json").read_text())
         except ValueError as exc:
-            raise SpecstreamError(f"unreadable checkpoint {self.path}: {exc}") from None
+            raise self._unreadable(exc) from None
+        if not isinstance(progress, dict) or not isinstance(progress.get("step"), int):
+            raise self._unreadable("progress.json holds no step count")
+        return progress
 
     def load(self, module, optimizer) -> dict:
-        module.update(tree_unflatten(list(mx.load(str(self.path / "params.safetensors")).items())))
-        optimizer.state = tree_unflatten(
-            list(mx.load(str(self.path / "optimizer.safetensors")).items())
+        try:
+            params = mx.load(str(self.path / "params.safetensors"))
+            state = mx.load(str(self.path / "optimizer.safetensors"))
+            module.update(tree_unflatten(list(params.items())))
+        except Exception as exc:  # mlx: RuntimeError/ValueError on a missing or broken file
+            raise self._unreadable(exc) from None
+        optimizer.state = tree_unflatten(list(state.items()))
+        return self.progress()
+
+    def _unreadable(self, why) -> SpecstreamError:
+        return SpecstreamError(
+            f"unreadable checkpoint {self.path} ({why}): remove it to train from the start"
         )
-        return json.loads((self.path / "progress.json").read_text())
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
