@@ -15,7 +15,8 @@
 # answers for 2 epochs (500 steps: fixed epoch count). The ablations change one thing of n1000,
 # the row they compare with (n1000's streams fit their own training answers hardly better than
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
-# r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers; attn:
+# r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers; msa12x3: msa12
+# for 3x the steps (1,200: does training longer help the deeper streams?); attn:
 # --attention-adapters (stream adapters on the attention path as well); guess:
 # --next-token-guess (the streams start from the early-exit head's guess for the next token).
 # medusa: not streams but Medusa-1's 4 heads (each a residual block and its own LM head, 28M
@@ -29,7 +30,7 @@ cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 msa16 msa20 attn guess medusa"
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 msa12x3 msa16 msa20 attn guess medusa"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -78,6 +79,7 @@ for row in $ROWS; do
         r64) rank=64 ;;
         msa4) msa=4 ;;
         msa12) msa=12 ;;
+        msa12x3) msa=12 steps=1200 ;;
         msa16) msa=16 ;;
         msa20) msa=20 ;;
         attn) extra=(--attention-adapters) ;;

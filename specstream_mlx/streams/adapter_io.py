@@ -246,7 +246,9 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
         config = json.loads((folder / CONFIG).read_text())
     except ValueError as exc:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
-    if isinstance(config, dict) and "stream_config" not in config:
+    if not isinstance(config, dict):
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: not a JSON object")
+    if "stream_config" not in config:
         if config.get("fine_tune_type") == "lora":
             return _read_lora_adapter(source, folder, config, loaded)
     try:
