@@ -3,6 +3,7 @@ shipped adapter on the shared base model and the prompt template it was trained 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -79,7 +80,7 @@ def run(args) -> int:
     if args.input:
         rows = read_batch(args.input, task)
         prompts = None  # checked row by row below, with their line numbers
-        done = rows_done(Path(args.output)) if args.output else 0  # before the model loads
+        done = rows_done(Path(args.output), rows) if args.output else 0  # before the model loads
     else:
         fields = {MAIN_FIELD[args.tool]: read_text(args)}
         if args.tool == "sql":
@@ -166,9 +167,10 @@ def write_one(ss, loaded, prompt: str, common: dict, args) -> int:
     return 0
 
 
-def rows_done(output: Path) -> int:
+def rows_done(output: Path, prompts: list[str]) -> int:
     """Rows already in the --output file (0 for a new file), checked before the model loads: a
-    folder, a missing parent folder, or a file that is not this batch's jsonl is an error."""
+    folder, a missing parent folder, or a file that is not this batch's jsonl (rows written for
+    other prompts included) is an error."""
     from specstream_mlx import SpecstreamError
 
     if output.is_dir():
@@ -176,7 +178,7 @@ def rows_done(output: Path) -> int:
     if not output.parent.is_dir():
         raise SpecstreamError(f"--output {output}: no folder {output.parent}")
     try:
-        return _complete_lines(output)
+        return _complete_lines(output, prompts)
     except UnicodeDecodeError:
         raise SpecstreamError(
             f"--output {output} is not a text file (not this batch's output): give another"
@@ -197,7 +199,12 @@ def write_batch(
     try:
         for row, prompt in enumerate(prompts[done:], start=done + 1):
             result = ss.generate(loaded, prompt, **common)
-            line = {"row": row, "text": result.text, "stats": result.stats.to_dict()}
+            line = {
+                "row": row,
+                "text": result.text,
+                "stats": result.stats.to_dict(),
+                "input": input_digest(prompt),
+            }
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
             out.flush()
             if output:
@@ -211,10 +218,16 @@ def write_batch(
     return 0
 
 
-def _complete_lines(path: Path) -> int:
-    """Rows already written to `path` (rows 1..n in order). A last line cut short by an
-    interruption (no newline after it) is removed, atomically; any other damage, or rows that
-    are not 1..n, stop the run with the file left as it is."""
+def input_digest(prompt: str) -> str:
+    """What an output row records of its prompt, so a resume can tell another batch's rows."""
+    return hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
+
+
+def _complete_lines(path: Path, prompts: list[str]) -> int:
+    """Rows already written to `path` (rows 1..n in order, each for the prompt of its row). A
+    last line cut short by an interruption (no newline after it) is removed, atomically; any
+    other damage, or rows that are not 1..n of these prompts, stop the run with the file left as
+    it is."""
     from specstream_mlx import SpecstreamError
 
     if not path.exists():
@@ -224,13 +237,19 @@ def _complete_lines(path: Path) -> int:
     lines = complete.split("\n") if complete else []
     for number, line in enumerate(lines, start=1):
         try:
-            row = json.loads(line)["row"]
-        except (ValueError, KeyError, TypeError):
-            row = None
+            record = json.loads(line)
+            row, digest = record["row"], record.get("input")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            row = digest = None
         if row != number:
             raise SpecstreamError(
                 f"{path} line {number} is not result row {number}: not this batch's output, or "
                 "damaged; give another --output"
+            )
+        if number > len(prompts) or digest not in (None, input_digest(prompts[number - 1])):
+            raise SpecstreamError(
+                f"{path} row {number} was written for another input than row {number} of "
+                "--input: another batch's output; give another --output"
             )
     if cut:  # interrupted while writing: that row runs again
         tmp = path.with_name(path.name + ".tmp")

@@ -123,3 +123,21 @@ def test_a_bad_output_or_input_file_fails_before_the_model_loads(tmp_path):
     surrogate.write_text('{"dialogue": "A: hi \\ud800"}\n')
     proc = specstream("write", "summarize", "--input", str(surrogate), *no_model)
     assert_clean_error(proc, "line 1: the row is not valid UTF-8 text (lone surrogate U+D800")
+
+
+def test_a_batch_never_resumes_into_another_batchs_output(tmp_path):
+    from specstream_apps.write_cmd import input_digest
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"mr": "name[A], food[Thai]"}) + "\n")
+    prompt = get_task("data2text").prompt(mr="name[A], food[Thai]")
+    out = tmp_path / "out.jsonl"
+    args = ("write", "data2text", "--input", str(rows), "--output", str(out))
+    ours = {"row": 1, "text": "x", "input": input_digest(prompt)}
+    theirs = {"row": 1, "text": "x", "input": input_digest("another prompt")}
+    longer = {"row": 2, "text": "y"}  # an older file without digests, from a longer batch
+    for lines in ([theirs], [ours, longer]):
+        written = "".join(json.dumps(line) + "\n" for line in lines)
+        out.write_text(written)
+        assert_clean_error(specstream(*args), "written for another input", "another --output")
+        assert out.read_text() == written
