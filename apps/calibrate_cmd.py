@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .args import add_model_args, positive_int
+from .args import add_model_args, output_file, positive_int
 from .progress import Progress
 
 HELP = "measure this device's forward latency curve and choose adapters' draft trees"
@@ -85,6 +85,7 @@ def run(args) -> int:
             raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
         if args.measure_acceptance:
             folder = resolve_adapter(args.adapter, loaded)
+            output_file(str(folder / "acceptance.json"), "--measure-acceptance")  # before it
             prompts = _prompts(args, folder.name)
             bar = Progress("prompt", "acceptance", args.json)
             params.acceptance = calibration.measure_acceptance(
