@@ -28,9 +28,7 @@ import json
 import math
 import os
 import re
-import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +36,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.folders import staged_folder
 from specstream_mlx.streams.config import StreamConfig
 
 FORMAT_VERSION = 1
@@ -150,17 +149,7 @@ def write_folder(
     then renamed into place; an existing folder is moved aside first and removed last, so a
     reader finds the old folder or the new one, never neither."""
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise SpecstreamError(f"output folder exists: {path} (pass --overwrite to replace it)")
-    if path.exists() and not path.is_dir():
-        raise SpecstreamError(f"output {path} exists and is not a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as exc:
-        raise SpecstreamError(f"cannot write {path}: {exc}") from None
-    tmp.chmod(0o755)
-    try:
+    with staged_folder(path, overwrite) as tmp:
         files = {}
         if folder.kind == "mlx":
             files = {MLX_WEIGHTS: folder.tensors, MLX_CONFIG: folder.config}
@@ -176,24 +165,6 @@ def write_folder(
             (tmp / name).chmod(0o644)  # safetensors writes owner-only files
         if check is not None:
             check(tmp)
-        old = path.with_name(f".{path.name}.old")
-        moved = path.exists()
-        if moved:
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            if moved:
-                os.replace(old, path)  # the previous folder goes back
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SpecstreamError(f"cannot write {path}: {exc}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import SpecstreamError
+from ..folders import staged_folder
 from .gguf_tokenizer import gguf_tokenizer, gguf_tokens
 
 GGUF_GROUP_SIZE = 32  # llama.cpp block size of Q4_0, Q4_1 and Q8_0
@@ -270,31 +269,10 @@ def write_model_folder(
 ) -> Path:
     """Write an mlx-lm-loadable folder atomically: built beside the target, then renamed."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise SpecstreamError(f"output folder exists: {out_dir} (pass --overwrite to replace it)")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise SpecstreamError(f"output {out_dir} exists and is not a folder")
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    except OSError as exc:
-        raise SpecstreamError(f"cannot write {out_dir}: {exc.strerror}") from None
-    tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is an ordinary folder
-    try:
+    with staged_folder(out_dir, overwrite) as tmp:
         mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         tokenizer.save_pretrained(str(tmp))
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
 from ..errors import SpecstreamError
+from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
 from .config import StreamConfig
 from .fingerprint import fingerprint
@@ -144,20 +143,11 @@ def write_folder(
             f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); training diverged "
             "(a lower --lr may help)"
         )
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; an adapter folder is an ordinary folder
-    try:
+    with staged_folder(folder, overwrite=True) as tmp:  # the callers decide on overwriting
         mx.save_safetensors(str(tmp / weights_name), weights)
         (tmp / config_name).write_text(json.dumps(config, indent=2) + "\n")
         for name, data in (more or {}).items():
             (tmp / name).write_text(json.dumps(data, indent=1) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def shipped_adapters(loaded=None) -> list[str]:
