@@ -80,7 +80,8 @@ def plot_rows(rows: dict[str, dict], out: Path) -> None:
     sizes = sorted((int(m[1]), r) for n, r in rows.items() if (m := re.fullmatch(r"n(\d+)", n)))
     if sizes:
         data.plot([n for n, _ in sizes], [r["stream_accuracy"][0] for _, r in sizes], "o-")
-    data.set(xlabel="distilled answers (400 steps of 4)", ylabel="stream-1 top-1")
+    data.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
+    data.set(xlabel="distilled answers (400 steps of 4)", ylabel="stream-1 top-1", ylim=(0, 0.5))
     data.set(title=f"Data curve ({len(sizes)} point{'s' if len(sizes) != 1 else ''} so far)")
     acc.legend(fontsize=8)
     tau.legend(fontsize=8)

@@ -278,13 +278,22 @@ def check_against(
 
 
 def read_tensors(path: Path) -> dict[str, np.ndarray]:
-    """A safetensors file as numpy arrays; bfloat16 tensors are widened to float32 (exact)."""
+    """A safetensors file as numpy arrays; bfloat16 tensors are widened to float32 (exact).
+    Weights that hold NaN or infinity (a diverged training run) are refused: converted, they
+    would decode silently wrong on the other side."""
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except TypeError:  # numpy has no bfloat16: read those tensors from the raw bytes
-        return _read_with_bfloat16(path)
+        tensors = _read_with_bfloat16(path)
     except Exception as exc:  # safetensors raises its own error types on broken files
         raise SpecstreamError(f"cannot read {path}: corrupt or truncated ({exc})") from None
+    bad = [n for n, v in tensors.items() if v.dtype.kind == "f" and not np.isfinite(v).all()]
+    if bad:
+        raise SpecstreamError(
+            f"{path} holds NaN or infinite weights ({', '.join(_cut(sorted(bad), 5))}): "
+            "the training that wrote it diverged"
+        )
+    return tensors
 
 
 def _read_with_bfloat16(path: Path) -> dict[str, np.ndarray]:

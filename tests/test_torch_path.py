@@ -533,6 +533,16 @@ def test_convert_bad_folders(tmp_path, capsys):
     (broken / "adapters.safetensors").write_bytes(b"\x00\x01")
     assert run_convert(broken, tmp_path / "x", "--no-check") == 2
     assert "corrupt or truncated" in capsys.readouterr().err
+    diverged = tmp_path / "diverged"  # an MLX folder whose training went to NaN, to torch
+    shutil.copytree(SHIPPED_DIR / "chat", diverged)
+    weights = load_file(str(diverged / "adapters.safetensors"))
+    name = sorted(weights)[0]
+    weights[name] = np.full_like(weights[name], np.nan)
+    save_file(weights, str(diverged / "adapters.safetensors"))
+    assert run_convert(diverged, tmp_path / "x", "--no-check") == 2
+    err = capsys.readouterr().err
+    assert "NaN or infinite" in err and name in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_torch_path_imports_without_mlx():

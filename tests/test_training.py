@@ -211,6 +211,8 @@ def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
         cfg,
         Hooks(stop_after=3, log=lambda s: None),
     )  # "killed" after 3 steps
+    # each save replaced the checkpoint in one rename: no staging or old folders left beside it
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
     again = params_for(tiny, seed=9)  # a new process: fresh parameters, state from the checkpoint
     messages = []
     progress = train(

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -24,6 +22,7 @@ from mlx_lm.tuner.lora import LoRALinear
 
 from ..decoding.plan import Acceptance
 from ..errors import SpecstreamError
+from ..folders import staged_folder
 from ..models.arch import arch_of
 from ..streams.config import StreamConfig
 from ..streams.lora import lora_settings
@@ -163,17 +162,12 @@ class Checkpoint:
         return (self.path / "progress.json").is_file()
 
     def save(self, module, optimizer, progress: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
-        weights = dict(tree_flatten(module.trainable_parameters()))
-        mx.save_safetensors(str(tmp / "params.safetensors"), weights)
-        mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
-        (tmp / "progress.json").write_text(json.dumps(progress, indent=2))
-        old = self.path.with_name(self.path.name + ".old")
-        if self.path.exists():
-            os.replace(self.path, old)
-        os.replace(tmp, self.path)
-        shutil.rmtree(old, ignore_errors=True)
+        with staged_folder(self.path, overwrite=True) as tmp:
+            weights = dict(tree_flatten(module.trainable_parameters()))
+            mx.save_safetensors(str(tmp / "params.safetensors"), weights)
+            state = dict(tree_flatten(optimizer.state))
+            mx.save_safetensors(str(tmp / "optimizer.safetensors"), state)
+            (tmp / "progress.json").write_text(json.dumps(progress, indent=2))
 
     def progress(self) -> dict:
         try:
