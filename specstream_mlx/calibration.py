@@ -51,6 +51,11 @@ MAX_COST_RATIO = 6.0
 # much (relative) before the curve is deemed measured on a busy machine and is not cached: one
 # measured while training ran here said 112 ms per plain step against 43 ms idle (2026-11-26).
 MAX_DRIFT = 0.5
+# Other programs' share of the machine's CPU time while a CPU-device curve was measured (niced
+# ones excepted: they yield the cores) above which it is not cached either: a steady load moves
+# nothing between stages, yet times every pass 2x slow and the rows' costs out of proportion
+# (a curve cached under training on 2026-11-26: plain step 123.7 ms, 68.8 idle; head 30 ms).
+MAX_OTHERS_CPU = 0.25
 
 
 @dataclass
@@ -72,12 +77,14 @@ class LatencyCurve:
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
     drift: float = 0.0  # the one-row pass's relative change between two stages (a busy machine)
+    others_cpu: float | None = None  # other programs' share of the CPUs meanwhile (None: unknown)
     version: int = CURVE_VERSION
 
     @property
     def steady(self) -> bool:
-        """Measured on a machine whose load did not change meanwhile: worth caching."""
-        return self.drift <= MAX_DRIFT
+        """Measured on a machine whose load did not change meanwhile and that no other program
+        kept busy: worth caching."""
+        return self.drift <= MAX_DRIFT and (self.others_cpu or 0.0) <= MAX_OTHERS_CPU
 
     def _at(self, values: list[float], r: float) -> float:
         return (
@@ -216,6 +223,7 @@ def measure_curve(
     whether compiled passes beat eager ones here, then every row count in the faster mode.
     `on_stage(i)` is told when stage CURVE_STAGES[i] starts (a progress display)."""
     started = time.perf_counter()
+    others = others_cpu_share() if mx.default_device() == mx.cpu else (lambda: None)
     stage = on_stage or (lambda i: None)
     model, config = loaded.model, loaded.config
     arch = arch_of(model, config["model_type"])
@@ -290,7 +298,37 @@ def measure_curve(
         if first:
             curve.drift = round(abs(timed[1] / first - 1), 3)
     curve.measured_seconds = round(time.perf_counter() - started, 2)
+    curve.others_cpu = others()
     return curve
+
+
+def others_cpu_share():
+    """A function giving, since this call, the share of the machine's CPU time that other
+    programs used (Linux's /proc/stat less this process's own time; niced programs excluded),
+    or None where the system does not say."""
+
+    def sample():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        user, _nice, system, idle, iowait, irq, softirq, steal = fields
+        busy, total = user + system + irq + softirq + steal, sum(fields)
+        mine = os.times()
+        return busy, total, mine.user + mine.system
+
+    start = sample()
+
+    def share() -> float | None:
+        end = sample()
+        if start is None or end is None or end[1] <= start[1]:
+            return None
+        hz = os.sysconf("SC_CLK_TCK")
+        others = (end[0] - start[0]) / hz - (end[2] - start[2])
+        return round(max(0.0, others / ((end[1] - start[1]) / hz)), 3)
+
+    return share
 
 
 def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int) -> None:
@@ -379,12 +417,18 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def cache_curve(loaded: LoadedModel, curve: LatencyCurve) -> bool:
-    """Write `curve` to the cache (OSError if it cannot), unless the machine's load changed while
-    it was measured: then warn and keep it out, so that a later run measures again."""
+    """Write `curve` to the cache (OSError if it cannot), unless the machine was busy while it
+    was measured (its load changed, or other programs kept the CPUs busy): then warn and keep it
+    out, so that a later run measures again."""
     if not curve.steady:
+        why = (
+            f"the device's speed changed by {curve.drift:.0%} while measuring it (another "
+            "program busy?)"
+            if curve.drift > MAX_DRIFT
+            else f"other programs used {curve.others_cpu:.0%} of the CPUs while measuring it"
+        )
         print(
-            f"specstream: the device's speed changed by {curve.drift:.0%} while measuring it "
-            "(another program busy?); the latency curve is used now but not cached: run "
+            f"specstream: {why}; the latency curve is used now but not cached: run "
             "`specstream calibrate --force` on an idle machine",
             file=sys.stderr,
             flush=True,

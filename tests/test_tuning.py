@@ -3,6 +3,10 @@ static sparse trees and compiled passes (both exact against plain greedy decodin
 
 import json
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -318,6 +322,7 @@ def test_device_acceptance_keeps_the_oracle_path(tiny_models, family, paths, pro
 
 def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path, monkeypatch):
     monkeypatch.setattr(calibration, "MAX_DRIFT", float("inf"))  # sub-ms passes are noisy
+    monkeypatch.setattr(calibration, "MAX_OTHERS_CPU", float("inf"))  # whatever else runs
     loaded = tiny_models["llama"]
     loaded.latency_curve = None
     curve = calibration.latency_curve(loaded)
@@ -344,23 +349,47 @@ def test_a_curve_measured_on_a_busy_machine_is_used_but_not_cached(
 ):
     loaded = tiny_models["llama"]
     real = calibration.measure_curve
-    drifts = iter([0.8, 0.1])
+    # (drift, other programs' CPU share): the one-row pass changed meanwhile; another program
+    # kept a core of two busy the whole time (no drift); idle
+    loads = iter([(0.8, 0.0), (0.1, 0.5), (0.1, 0.01)])
 
-    def measured(loaded):  # the real curve, as if the one-row pass had changed meanwhile
+    def measured(loaded):  # the real curve, as if measured under that load
         curve = real(loaded)
-        curve.drift = next(drifts)
+        curve.drift, curve.others_cpu = next(loads)
         return curve
 
     monkeypatch.setattr(calibration, "measure_curve", measured)
-    loaded.latency_curve = None
-    busy = calibration.latency_curve(loaded)
-    assert not busy.steady and loaded.latency_curve is busy
-    assert not calibration.curve_path(loaded).exists()
-    assert "changed by 80% while measuring" in capsys.readouterr().err
+    for message in ("changed by 80% while measuring", "other programs used 50% of the CPUs"):
+        loaded.latency_curve = None
+        busy = calibration.latency_curve(loaded)
+        assert not busy.steady and loaded.latency_curve is busy
+        assert not calibration.curve_path(loaded).exists()
+        assert message in capsys.readouterr().err
     loaded.latency_curve = None
     idle = calibration.latency_curve(loaded)
     assert idle.steady and calibration.curve_path(loaded).is_file()
     loaded.latency_curve = None
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads Linux's /proc/stat")
+def test_other_programs_cpu_time_is_seen_and_niced_ones_are_not():
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    code = "import time\nend = time.time() + 2.5\nwhile time.time() < end: pass"
+    shares = {}
+    for name, prefix in (("busy", []), ("niced", ["nice", "-n", "19"])):
+        neighbour = subprocess.Popen([*prefix, sys.executable, "-c", code])
+        time.sleep(0.3)  # started
+        share = calibration.others_cpu_share()
+        spin(1.5)  # this process's own time is not the others'
+        shares[name] = share()
+        neighbour.wait()
+    # a program spinning on one core of n is 1/n of the machine; a niced one yields the cores
+    assert shares["busy"] > 0.6 / os.cpu_count(), shares
+    assert shares["niced"] < shares["busy"] / 2, shares
 
 
 def test_curve_key_depends_on_precision(tiny_folders):
