@@ -106,6 +106,19 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
 steps() {
     local S B MEM AB t p
 
+    # == The README's table, and where ss+pld's passes go (issues 18 and 20) ==
+    # the curve measured again (about 2.5 min), the chat suite and the sql dev set side by side
+    # (about 6 min each), then the sql dev set's passes grouped by tree size (about 2 min)
+    S="The README's table and a pass trace"
+    B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
+    step "$S" into $R/calibration_readme.json ./dev.sh specstream calibrate --force --json
+    step "$S" "${B[@]}" --suite chat --data "$D" --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_readme_chat.json --markdown $R/bench_readme_chat.md
+    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_readme_sql.json --markdown $R/bench_readme_sql.md
+    step "$S" ./dev.sh python benchmarks/pass_trace.py --suite sql --data "$D/sql/dev.jsonl" \
+        --adapter sql --json $R/pass_trace_sql.json
+
     # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
     # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, about 40 min, not rerun
     # here): its acceptance on the sql dev items 40-51 (acceptance.json, about 4 min), the tree
