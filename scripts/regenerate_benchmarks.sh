@@ -121,13 +121,13 @@ steps() {
 
     # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
     # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, about 40 min, not rerun
-    # here): its acceptance on the sql dev items 40-51 (acceptance.json, about 4 min), the tree
+    # here): its acceptance on the sql dev items 40-87 (acceptance.json, about 10 min), the tree
     # the planner picks (Qwen's curve in $QC: measured first if missing, about 4 min), then the
     # sql dev set side by side (about 12 min). The shared-mode run of the section (not shipped)
     # is a one-off command given there.
     S="Qwen2.5-Coder-0.5B: the sql writing tool (issue 19)"
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
-        --adapter sql --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 12 \
+        --adapter sql --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 48 \
         --max-tokens 96
     step "$S" into $R/calibration_qwen_sql.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
         calibrate --model "$QWEN" --adapter sql --json
@@ -201,7 +201,7 @@ steps() {
     S="The sql writing tool retrained on 3,000 examples (issues 20 and 18)"
     step "$S" ./dev.sh specstream calibrate --force --adapter sql
     step "$S" ./dev.sh specstream calibrate --adapter sql --measure-acceptance --suite sql \
-        --data "$D/sql/dev.jsonl" --limit 12 --max-tokens 96
+        --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96
     step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
         --json $R/bench_sql_3000.json --markdown $R/bench_sql_3000.md
