@@ -101,6 +101,18 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
     SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN"  # the tables (cached curve)
 }
 
+side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then every decoder and
+    # mlx-lm on the chat suite and the sql dev set (10 prompts x 96 tokens), into
+    # $R/calibration_NAME.json and $R/bench_NAME_{chat,sql}.{json,md}
+    local section=$1 name=$2 b=(./dev.sh specstream bench --limit 10 --max-tokens 96)
+    local methods=ar,ss,pld,ss+pld,mlx-lm
+    step "$section" into $R/calibration_$name.json ./dev.sh specstream calibrate --force --json
+    step "$section" "${b[@]}" --suite chat --data "$D" --methods $methods \
+        --json $R/bench_${name}_chat.json --markdown $R/bench_${name}_chat.md
+    step "$section" "${b[@]}" --suite sql --data "$D/sql/dev.jsonl" --methods $methods \
+        --json $R/bench_${name}_sql.json --markdown $R/bench_${name}_sql.md
+}
+
 # ---- the steps, in the order of docs/BENCHMARKS.md --------------------------------------------
 
 steps() {
@@ -110,12 +122,7 @@ steps() {
     # the curve measured again (about 2.5 min), the chat suite and the sql dev set side by side
     # (about 6 min each), then the sql dev set's passes grouped by tree size (about 2 min)
     S="The README's table and a pass trace"
-    B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
-    step "$S" into $R/calibration_readme.json ./dev.sh specstream calibrate --force --json
-    step "$S" "${B[@]}" --suite chat --data "$D" --methods ar,ss,pld,ss+pld,mlx-lm \
-        --json $R/bench_readme_chat.json --markdown $R/bench_readme_chat.md
-    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss,pld,ss+pld,mlx-lm \
-        --json $R/bench_readme_sql.json --markdown $R/bench_readme_sql.md
+    side_by_side "$S" readme
     step "$S" ./dev.sh python benchmarks/pass_trace.py --suite sql --data "$D/sql/dev.jsonl" \
         --adapter sql --json $R/pass_trace_sql.json
 
@@ -253,12 +260,8 @@ steps() {
         --steps 50 --json $R/shared_step_q8.json
     # ### Decoders against plain decoding and mlx-lm (calibration about 1 min; benches unknown)
     S="One decoding loop: decoders against plain decoding and mlx-lm (issue 18)"
+    side_by_side "$S" loop
     B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
-    step "$S" into $R/calibration_loop.json ./dev.sh specstream calibrate --force --json
-    step "$S" "${B[@]}" --suite chat --data "$D" --methods ar,ss,pld,ss+pld,mlx-lm \
-        --json $R/bench_loop_chat.json --markdown $R/bench_loop_chat.md
-    step "$S" "${B[@]}" --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss,pld,ss+pld,mlx-lm \
-        --json $R/bench_loop_sql.json --markdown $R/bench_loop_sql.md
     step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" --methods ar,ss,mlx-lm \
         --json $R/bench_loop_dialogsum.json --markdown $R/bench_loop_dialogsum.md
     step "$S" "${B[@]}" --suite e2e --data "$D/e2e/dev.csv" --methods ar,ss,mlx-lm \

@@ -54,7 +54,7 @@ MAX_DRIFT = 0.5
 # Other programs' share of the machine's CPU time while a CPU-device curve was measured (niced
 # ones excepted: they yield the cores) above which it is not cached either: a steady load moves
 # nothing between stages, yet times every pass 2x slow and the rows' costs out of proportion
-# (a curve cached under training on 2026-11-26: plain step 123.7 ms, 68.8 idle; head 30 ms).
+# (a curve cached under training on 2026-11-26: plain step 123.7 ms, head 30.1; idle 69.0, 9.5).
 MAX_OTHERS_CPU = 0.25
 
 

@@ -387,8 +387,9 @@ def test_other_programs_cpu_time_is_seen_and_niced_ones_are_not():
         spin(1.5)  # this process's own time is not the others'
         shares[name] = share()
         neighbour.wait()
-    # a program spinning on one core of n is 1/n of the machine; a niced one yields the cores
-    assert shares["busy"] > 0.6 / os.cpu_count(), shares
+    # a program spinning on one core of n is 1/n of the machine (half of a single core it
+    # shares with this process); a niced one yields the cores or is not counted
+    assert shares["busy"] > 0.3 / os.cpu_count(), shares
     assert shares["niced"] < shares["busy"] / 2, shares
 
 
