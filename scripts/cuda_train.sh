@@ -16,14 +16,17 @@
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten
-# ops a step); it now packs a step's sequences into one pass (~34k ops:
-# benchmarks/torch_train_ops.py), not yet timed on a GPU.
+# ops a step); packed into one pass per step (~34k ops: benchmarks/torch_train_ops.py), 750
+# steps of sql and of data2text with LORA_LAYERS=8 took 79 s each on an H200 (2026-11-27, commit
+# 06f7417, max length then 512; 0.105 s a step; the same recipe on the dev CPU: 3,777 and
+# 4,985 s), so one call trains the three writing tools.
 # A call runs at most 600 s; a run cut short resumes from its checkpoint (kept under runs/ on
 # the machine) when the same `run TASK` is called again within the machine's keep-warm window.
 #
 # `run TASK...` (sql, data2text, summarize, chat; one after another) trains the shipped writing
 # tools' recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as
-# the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length 512),
+# the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length as
+# on the CPU: sql 320, data2text 256, summarize 512, or MAX_LENGTH),
 # or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction answers of
 # corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=2000 x 4: five times the CPU rows' 400), on
 # CUDA, and writes each PyTorch adapter folder, tarred, to $OUT/TASK_torch.tar (a call returns at
@@ -46,6 +49,14 @@ files() {  # TASK -> the train file under runs/cuda/data
     esac
 }
 
+max_length() {  # TASK -> the CPU recipe's max length (scripts/make_task_adapter.sh; chat's)
+    case $1 in
+    sql) echo 320 ;;
+    data2text) echo 256 ;;
+    *) echo 512 ;;
+    esac
+}
+
 train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     local task=$1 out=$2 device=$3 steps=$4 batch=$5
     shift 5
@@ -56,7 +67,8 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-12}" --lr 3e-3
         --segment 32 --warmup 20)
     "$@" -m convert.torch_train --model runs/cuda/model.gguf --data "runs/cuda/data/$(files "$task")" \
-        --gamma 4 --steps "$steps" --batch-size "$batch" --max-length 512 "${recipe[@]}" \
+        --gamma 4 --steps "$steps" --batch-size "$batch" \
+        --max-length "${MAX_LENGTH:-$(max_length "$task")}" "${recipe[@]}" \
         --device "$device" --out "$out/${task}_torch" --overwrite
 }
 

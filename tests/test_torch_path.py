@@ -217,6 +217,42 @@ def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
         remove_torch_lora(base)
 
 
+def test_torch_optimizer_takes_the_mlx_trainers_steps():
+    """The torch trainer's AdamW, under its per-step rates, moves a parameter as the MLX
+    trainer's optimizer does (schedule and MLX's Adam without bias correction) over the same
+    gradients: warmup, early steps (where the two Adams differ most) and decay."""
+    from convert.torch_train import TrainConfig as TorchConfig
+    from convert.torch_train import set_rates
+    from specstream_mlx.training.trainer import TrainConfig as MlxConfig
+    from specstream_mlx.training.trainer import adamw
+
+    steps, warmup, lr = 12, 3, 3e-3
+    rng = np.random.RandomState(0)
+    start = rng.normal(size=(4, 5)).astype(np.float32)
+    grads = [
+        rng.normal(size=start.shape).astype(np.float32) * 10 ** rng.uniform(-3, 1)
+        for _ in range(steps)
+    ]
+    theirs = adamw(MlxConfig(steps=steps, warmup=warmup, learning_rate=lr), lr)
+    param = {"w": mx.array(start)}
+    ours_w = torch.nn.Parameter(torch.tensor(start))
+    ours = torch.optim.AdamW([ours_w], lr=lr, weight_decay=0.0)
+    cfg = TorchConfig(steps=steps, warmup=warmup, learning_rate=lr)
+    for step, g in enumerate(grads, start=1):
+        param = theirs.apply_gradients({"w": mx.array(g)}, param)
+        set_rates(ours, [lr], step, cfg)
+        ours_w.grad = torch.tensor(g)
+        ours.step()
+        np.testing.assert_allclose(
+            ours_w.detach().numpy(),
+            np.array(param["w"]),
+            rtol=1e-4,
+            atol=1e-6,
+            err_msg=f"step {step}",
+        )
+    assert not np.allclose(np.array(param["w"]), start)
+
+
 @pytest.mark.parametrize("mode", ["lossless", "shared"])
 def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, mode):
     """The trainer's step packs its sequences end to end into one pass (batch_loss): the total
