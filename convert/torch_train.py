@@ -62,10 +62,11 @@ def sequence_loss(
     ids: list[int],
     loss_mask: list[bool],
     positions: np.ndarray | None = None,
+    targets: str = "text",
 ) -> Losses:
     """The loss of one sequence (see the module docstring). Lossless mode: `positions` (default:
     every position with a stream target) carry streams."""
-    return batch_loss(view, streams, [Sequence(ids, loss_mask, positions)])
+    return batch_loss(view, streams, [Sequence(ids, loss_mask, positions)], targets=targets)
 
 
 @dataclass
@@ -124,10 +125,14 @@ def _per_sequence(view: View, pack: Pack, values: torch.Tensor, rows: np.ndarray
     return sums / view.tensor(np.maximum(np.bincount(owner, minlength=n), 1))
 
 
-def _stream_terms(view, pack: Pack, hidden, positions: np.ndarray, gamma: int):
+def _same_sequence(pack: Pack, t: int) -> np.ndarray:
+    """bool per row r < t - 1: token r + 1 belongs to row r's sequence."""
+    return pack.seq[1:t] == pack.seq[: t - 1]
+
+
+def _stream_terms(view, pack: Pack, hidden, positions: np.ndarray, gamma: int, ids_t):
     """((gamma, n) per-sequence mean NLL of each stream, [(right, counted)] per stream): stream
-    j of position p predicts token p + 1 + j, where that token is a target."""
-    ids_t = view.tensor(pack.tree.tokens).long()
+    j of position p predicts token p + 1 + j (of `ids_t`), where that token is a target."""
     rows, js = np.nonzero(np.stack([pack.targets(positions, 1 + j) for j in range(1, gamma + 1)]).T)
     js = js + 1
     if not len(rows):
@@ -159,14 +164,19 @@ def batch_loss(
     view: View,
     streams: TorchStreams,
     batch: list[Sequence],
+    targets: str = "text",
     alpha_main: float = 1.0,
-    alpha_stream: float = 0.1,
 ) -> Losses:
     """The sum of the sequences' losses, each as sequence_loss gives it (the logged NLLs are
     their means over the sequences), from one pass over them packed end to end: a step then
-    launches one pass's kernels, not one pass's per sequence, which is what bounds a GPU step."""
+    launches one pass's kernels, not one pass's per sequence, which is what bounds a GPU step.
+    `targets` (lossless only): "text", the tokens themselves, or "self", the frozen base's
+    greedy prediction of each token, as the MLX trainer's --targets."""
     cfg = streams.config
     shared = cfg.mode == "shared"
+    if targets not in ("text", "self") or (shared and targets != "text"):
+        raise SpecstreamError(f"targets {targets!r}: text, or self in lossless mode")
+    alpha_stream = 0.1  # shared mode's weight of the streams' terms (eq. 6)
     pack = Pack.of(batch)
     t = len(pack.seq)
     ids_t = view.tensor(pack.tree.tokens).long()
@@ -178,7 +188,12 @@ def batch_loss(
     x = msa_layers(view, streams, h_low, depths, anc, None, 0, stream_nodes=carry)
     index = view.tensor(np.searchsorted(carry, positions)).long()
     hidden = x[0, t:].reshape(len(carry), cfg.gamma, -1)[index]  # (P, gamma, d)
-    terms, hits = _stream_terms(view, pack, hidden, positions, cfg.gamma)
+    if targets == "self":  # the frozen base's main rows: row r's greedy token replaces r + 1's
+        with torch.no_grad():
+            greedy = view.head(x[0, : t - 1]).argmax(-1)
+        follows = view.tensor(_same_sequence(pack, t))
+        ids_t = torch.cat([ids_t[:1], torch.where(follows, greedy, ids_t[1:])])
+    terms, hits = _stream_terms(view, pack, hidden, positions, cfg.gamma, ids_t)
     total = (alpha_stream if shared else 1.0) * terms.sum()
     # the pruning head: next-token NLL on the hidden state at the pruning point (its own
     # parameters only), over the rows the streams span (lossless) or every target (shared)
@@ -213,6 +228,7 @@ class TrainConfig:
     lora_learning_rate: float = 5e-5  # shared mode's LoRA (at scale 20, as the MLX trainer)
     warmup: int = 10
     segment: int = 64  # lossless: stream positions per sequence per step; 0 = all
+    targets: str = "text"  # lossless: "self" learns the frozen base's greedy tokens (batch_loss)
     seed: int = 0
     log_every: int = 10
     checkpoint_every: int = 25
@@ -364,7 +380,7 @@ def train(
                 every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
                 positions = segment(every, cfg.segment, rng)
             batch.append(Sequence(ex.ids, ex.loss_mask, positions))
-        out = batch_loss(view, streams, batch)
+        out = batch_loss(view, streams, batch, targets=cfg.targets)
         (out.total / cfg.batch_size).backward()
         row = {
             "step": step,
@@ -431,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="lossless: stream positions per sequence per step (0: all)",
     )
+    p.add_argument(
+        "--targets",
+        choices=["text", "self"],
+        default="text",
+        help="lossless: what the streams learn, the text's tokens or the base's greedy ones",
+    )
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--limit", type=int, default=None, help="use the first N examples")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -445,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError("--steps, --batch-size and --checkpoint-every must be >= 1")
         if args.warmup < 0 or args.segment < 0:
             raise SpecstreamError("--warmup and --segment must be >= 0")
+        if args.targets != "text" and args.mode != "lossless":
+            raise SpecstreamError("--targets self is for lossless mode (shared mode's base moves)")
         base = load_base(args.model, device=args.device)
         tokenizer = _ChatIds(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
@@ -467,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             args.lora_lr,
             warmup=args.warmup,
             segment=args.segment,
+            targets=args.targets,
             seed=args.seed,
             checkpoint_every=args.checkpoint_every,
         )

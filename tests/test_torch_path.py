@@ -174,6 +174,7 @@ def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path):
     "mode, extra",
     [
         ("lossless", {}),
+        ("lossless", {"targets": "self"}),
         ("shared", {}),
         ("shared", {"prompt_streams": True}),
         ("shared", {"shared_stream_adapters": False}),
@@ -187,6 +188,8 @@ def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
     from specstream_mlx.training import forward, positions
 
     loaded, base = pairs["llama"]
+    extra = dict(extra)
+    targets = extra.pop("targets", "text")
     config = dict(gamma=3, n_msa_layers=2, top_k=2, max_tree_nodes=6, **extra)
     folder, _ = mlx_adapter(loaded, tmp_path / "a", mode, seed=1, **config)
     params = load_adapter(folder, loaded)
@@ -198,13 +201,13 @@ def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
         arch = arch_of(loaded.model, loaded.config["model_type"])
         segment = None
         if mode == "lossless":  # on a segment of the positions, as training runs it
-            feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask)
+            feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask, targets)
             segment = positions.stream_positions(np.array(mask), 3)[3:9]
             theirs = forward.stream_loss(arch, params, feats, segment)
         else:
             theirs = forward.shared_loss(arch, params, ids, mask)
         with torch.no_grad():
-            ours = sequence_loss(View(base.model), streams, ids, mask, segment)
+            ours = sequence_loss(View(base.model), streams, ids, mask, segment, targets)
         assert float(ours.total) == pytest.approx(float(theirs.total), abs=1e-4)
         assert ours.prune_nll == pytest.approx(float(theirs.prune_nll), abs=1e-4)
         assert ours.stream_nll == pytest.approx([float(x) for x in theirs.stream_nll], abs=1e-4)
@@ -253,8 +256,10 @@ def test_torch_optimizer_takes_the_mlx_trainers_steps():
     assert not np.allclose(np.array(param["w"]), start)
 
 
-@pytest.mark.parametrize("mode", ["lossless", "shared"])
-def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, mode):
+@pytest.mark.parametrize(
+    "mode, targets", [("lossless", "text"), ("lossless", "self"), ("shared", "text")]
+)
+def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, mode, targets):
     """The trainer's step packs its sequences end to end into one pass (batch_loss): the total
     and its gradients are the sum of the sequences' own (sequence_loss), the logged NLLs their
     means, the hit counts their sums: no token sees, or is scored against, another sequence."""
@@ -281,8 +286,10 @@ def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, 
             return torch.autograd.grad(loss, params, allow_unused=True)
 
         view = View(base.model)
-        alone = [sequence_loss(view, streams, s.ids, s.loss_mask, s.positions) for s in batch]
-        packed = batch_loss(view, streams, batch)
+        alone = [
+            sequence_loss(view, streams, s.ids, s.loss_mask, s.positions, targets) for s in batch
+        ]
+        packed = batch_loss(view, streams, batch, targets=targets)
         assert float(packed.total.detach()) == pytest.approx(
             sum(float(a.total.detach()) for a in alone), abs=1e-4
         )
