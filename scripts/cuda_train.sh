@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Train a writing tool's shared adapter with the PyTorch path on a lent GPU machine (the device
-# tool) and bring it back for MLX: the workflow the project promises (issue 20, item 6). The
-# machine has torch, transformers and peft but no network, and takes 64 MiB a call with the
-# ~20 MB working tree, so the default GGUF travels in the four parts of scripts/cuda_validate.sh
-# and the tasks' train splits, gzipped, beside the last part:
+# Train adapters with the PyTorch path on a lent GPU machine (the device tool) and bring them
+# back for MLX: the workflow the project promises (issue 20, item 6; issue 19, item 3 for
+# Qwen). The machine has torch, transformers and peft but no network, and takes 64 MiB a call
+# with the ~21 MB working tree, so the model's GGUF travels in the parts of
+# scripts/cuda_validate.sh (the default model: 3, MODEL=qwen2.5-coder-0.5b-instruct: 14) and the
+# tasks' train splits, gzipped, in runs/cudadata, one call each:
 #
-#   here:         scripts/cuda_train.sh prepare            # runs/cuda1..4 (+ runs/cuda4/data)
-#   device calls: carry ["runs/cuda1"], command "true"       (likewise cuda2, cuda3)
-#   device call:  carry ["runs/cuda4"], command "bash scripts/cuda_train.sh run sql data2text"
+#   here:         [MODEL=NAME] scripts/cuda_train.sh prepare    # runs/cuda1..N, runs/cudadata
+#   device calls: carry ["runs/cudadata"], then ["runs/cuda1"], ... each part but the last,
+#                 command "true", each within 30 s of the last
+#   device call:  carry ["runs/cudaN"], command "bash scripts/cuda_train.sh run sql data2text"
 #   here:         scripts/cuda_train.sh import FILES_AT    # ../runs/gpu/TASK, MLX adapters
 #
-# then score them as their CPU-trained peers (docs/BENCHMARKS.md): chat with
-# `benchmarks/validate_streams.py --adapter ../runs/gpu/chat --data ../runs/ablation/dev300.jsonl`,
-# a writing tool with `specstream bench --suite sql --adapter ../runs/gpu/sql ...`.
+# then score them as their CPU-trained peers (docs/BENCHMARKS.md): acceptance with
+# `specstream calibrate --adapter ../runs/gpu/sql --measure-acceptance --data ...`, quality with
+# `specstream bench --suite sql --adapter ../runs/gpu/sql --methods ar ...`.
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten
@@ -23,16 +25,19 @@
 # A call runs at most 600 s; a run cut short resumes from its checkpoint (kept under runs/ on
 # the machine) when the same `run TASK` is called again within the machine's keep-warm window.
 #
-# `run TASK...` (sql, data2text, summarize, chat; one after another) trains the shipped writing
-# tools' recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block, or in the top LORA_LAYERS=8 as
-# the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 = 3,000 examples, max length as
-# on the CPU: sql 320, data2text 256, summarize 512, or MAX_LENGTH),
-# or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction answers of
-# corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=2000 x 4: five times the CPU rows' 400), on
-# CUDA, and writes each PyTorch adapter folder, tarred, to $OUT/TASK_torch.tar (a call returns at
-# most 8 files), its log to $OUT/TASK_train.log; a task whose adapter is already on the machine
-# is not trained again. The data files are the project's ../shared/data, carried for the run
-# only (never committed). `rehearse TASK` runs `run` here on the CPU: 2 steps x 2, into runs/.
+# `run TASK...` (sql, data2text, summarize, chat; one after another) trains, for the default
+# model, the shipped writing tools' recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block,
+# or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 =
+# 3,000 examples, max length as on the CPU: sql 320, data2text 256, summarize 512, or
+# MAX_LENGTH), or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction
+# answers of corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=2000 x 4: five times the CPU
+# rows' 400); for Qwen (sql, chat) the recipe of its shipped adapters
+# (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, 8 MSA layers, lr 1e-3, segment
+# 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
+# $OUT/TASK_torch.tar (a call returns at most 8 files), its log to $OUT/TASK_train.log; a task
+# whose adapter is already on the machine is not trained again. The data files are the
+# project's ../shared/data, carried for the run only (never committed). `rehearse TASK` runs
+# `run` here on the CPU: 2 steps x 2, into runs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,27 +71,32 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
         --lora-layers "${LORA_LAYERS:-0}")
     [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-12}" --lr 3e-3
         --segment 32 --warmup 20)
+    local length=${MAX_LENGTH:-$(max_length "$task")}
+    if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
+        recipe=(--mode lossless --targets self --n-msa-layers 8 --lr 1e-3 --segment 64 --warmup 10)
+        [ "$task" = chat ] || recipe=(--task "$task" "${recipe[@]}")
+        length=${MAX_LENGTH:-320}
+    fi
     "$@" -m convert.torch_train --model runs/cuda/model.gguf --data "runs/cuda/data/$(files "$task")" \
-        --gamma 4 --steps "$steps" --batch-size "$batch" \
-        --max-length "${MAX_LENGTH:-$(max_length "$task")}" "${recipe[@]}" \
+        --gamma 4 --steps "$steps" --batch-size "$batch" --max-length "$length" "${recipe[@]}" \
         --device "$device" --out "$out/${task}_torch" --overwrite
 }
 
 case "${1:-}" in
 prepare)
-    [ -f runs/cuda4/model.gguf.part4 ] || bash scripts/cuda_validate.sh prepare
+    bash scripts/cuda_validate.sh prepare
     data=${SPECSTREAM_DATA:-../shared/data}
-    rm -rf runs/cuda4/data && mkdir -p runs/cuda4/data/sql runs/cuda4/data/e2e runs/cuda4/data/dialogsum
+    rm -rf runs/cudadata && mkdir -p runs/cudadata/sql runs/cudadata/e2e runs/cudadata/dialogsum
     for task in sql data2text summarize; do
         f=$(files $task)
-        gzip -c "$data/$f" > "runs/cuda4/data/$f.gz"
+        gzip -c "$data/$f" > "runs/cudadata/$f.gz"
     done
     # chat: the distilled answers kept in corpus/, with their prompts (no instructions file there)
-    rm -f runs/cuda/instructions_train.jsonl && mkdir -p runs/cuda runs/cuda4/data/instructions
+    rm -f runs/cuda/instructions_train.jsonl && mkdir -p runs/cuda runs/cudadata/instructions
     ./dev.sh python scripts/corpus.py unpack --split train --data-dir "$data" \
         --rows runs/cuda/instructions_train.jsonl
-    gzip -c runs/cuda/instructions_train.jsonl > runs/cuda4/data/instructions/train.jsonl.gz
-    du -sh runs/cuda[1-4]
+    gzip -c runs/cuda/instructions_train.jsonl > runs/cudadata/instructions/train.jsonl.gz
+    du -sh runs/cudadata
     ;;
 rehearse)  # `run` here, on the CPU: the join, the data and two training steps
     rm -rf runs/cuda/train
@@ -96,16 +106,15 @@ rehearse)  # `run` here, on the CPU: the join, the data and two training steps
 run)
     shift
     [ $# -gt 0 ] || { echo "usage: scripts/cuda_train.sh run TASK [TASK...]" >&2; exit 2; }
+    [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
     out=${OUT:-runs}
     mkdir -p runs/cuda/data "$out"
-    [ -f runs/cuda/model.gguf ] || cat runs/cuda[1-4]/model.gguf.part* > runs/cuda/model.gguf
-    echo "$(cat runs/cuda4/model.gguf.sha256)  runs/cuda/model.gguf" | sha256sum -c -
-    ${TORCH_PYTHON:-python3} -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
+    bash scripts/cuda_validate.sh join
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
     for task in "$@"; do
         f=$(files "$task")
         mkdir -p "runs/cuda/data/$(dirname "$f")"
-        gunzip -c "runs/cuda4/data/$f.gz" > "runs/cuda/data/$f"
+        gunzip -c "runs/cudadata/$f.gz" > "runs/cuda/data/$f"
         # The adapter and its checkpoint stay under runs/ (a checkpoint is 31 MB, over what a
         # call brings back, and $OUT is emptied before each call): a task cut by the call's time
         # limit resumes when `run` is called again while the machine is warm. Each finished
@@ -127,7 +136,7 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
         task=$(basename "$tarball" _torch.tar)
         tar -C "$to" -xf "$tarball"
         ./dev.sh specstream convert --from "$to/${task}_torch" --to "$to/$task" --overwrite \
-            --model "${MODEL:-smollm2-135m-instruct}"
+            --model "${MODEL:-$(cat runs/cuda1/model.txt)}"
     done
     ;;
 *)

@@ -468,9 +468,9 @@ fi
 #   .venv (not a dependency of the project), and its output is a pinned test reference.
 # - Issue 18's A/B of the old loop against the new one: /tmp/ab_spec.py was not kept (old code
 #   at 41a5003).
-# - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, three device calls
-#   carrying runs/cuda1..3, then `run ADAPTER SUITE` carrying runs/cuda4; BENCHMARKS's PyTorch
-#   section names each lease's commands). Likewise every "not measured" Apple Silicon remark.
+# - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, one device call
+#   per part runs/cuda1..N, the last running `run ADAPTER SUITE`; BENCHMARKS's PyTorch section
+#   names each lease's commands). Likewise every "not measured" Apple Silicon remark.
 # - Issue 5's one-off comparison of how to combine the streams' and the lookup's drafts: the
 #   code variants were not kept.
 # - Issue 3's per-piece profile of a chain step (tree_forward pieces timed separately): one-off,
