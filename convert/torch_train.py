@@ -272,8 +272,8 @@ def mlx_adam_factor(step: int, betas: tuple[float, float] = (0.9, 0.999)) -> flo
     False, its default, which the shipped adapters were trained with) does not, so early MLX
     steps are larger: 3.2x at step 1, 6.5x at 10-15, 1.4x at 750. Scaling torch's rate by
     (1 - b1^t) / sqrt(1 - b2^t) gives MLX's update (up to where epsilon sits). Without it the
-    same recipe trained weaker streams on a GPU (2026-11-27: stream-1 top-1 0.59 against 0.66
-    on sql, 0.27 against 0.60 on data2text: the likely cause, not yet re-measured)."""
+    same recipe trained weaker streams (data2text stream-1 top-1 0.27 against the MLX
+    trainer's 0.60; with it 0.57: docs/BENCHMARKS.md, "Training on the GPU")."""
     b1, b2 = betas
     return (1 - b1**step) / (1 - b2**step) ** 0.5
 
