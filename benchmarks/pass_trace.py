@@ -28,18 +28,18 @@ from specstream_mlx.provenance import provenance  # noqa: E402
 
 def trace(loaded, prompts: list[list[int]], decoder: str, max_tokens: int) -> dict:
     """(nodes, tokens, ms) of every pass after the first of each prompt, and what ran."""
-    passes, ran = [], None
+    passes, ran, tree = [], None, None
     for ids in prompts:
         nodes_before, last = 0, time.perf_counter()
         chunks = stream_generate(loaded, ids, max_tokens=max_tokens, decoder=decoder)
         for i, chunk in enumerate(chunks):
             now = time.perf_counter()
             nodes = chunk.stats.tree_nodes - nodes_before
-            nodes_before, ran = chunk.stats.tree_nodes, chunk.stats.decoder
+            nodes_before, ran, tree = chunk.stats.tree_nodes, chunk.stats.decoder, chunk.stats.tree
             if i:
                 passes.append((nodes, len(chunk.token_ids), (now - last) * 1000))
             last = now
-    return {"decoder": decoder, "ran": ran, "passes": passes}
+    return {"decoder": decoder, "ran": ran, "tree": tree, "passes": passes}
 
 
 def by_size(passes: list[tuple[int, int, float]]) -> list[dict]:
@@ -61,6 +61,8 @@ def report(t: dict) -> None:
     ms = sum(p[2] for p in t["passes"])
     print(f"{t['decoder']} (ran {t['ran']}): {len(t['passes'])} passes, {tokens} tokens, "
           f"{tokens / ms * 1000:.2f} tokens/s after the first pass of each prompt")  # fmt: skip
+    if t["tree"]:
+        print(f"tree: {json.dumps(t['tree'])}")
     print("| nodes | passes | tokens/pass | ms/pass | ms/token |\n|---:|---:|---:|---:|---:|")
     for r in by_size(t["passes"]):
         print(f"| {r['nodes']} | {r['passes']} | {r['tokens_per_pass']:.2f} | "

@@ -99,9 +99,12 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     dec.override = opts.draft_override
     if drafter is None and row.lookup:
         lookup = LookupConfig()
+        dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
         costs = _lookup_costs(loaded, dec, tree, lookup)
         dec = replace(dec, drafter=lookup_drafter(lookup, costs))
         tree = {**(tree or {"source": "lookup"}), "lookup_gated": costs is not None}
+        if dec.streams is not None and dec.policy.depth > 0:
+            tree["chain_streams"] = dec.chain_streams
     return Resolved(dec, ran, tree)
 
 
@@ -155,13 +158,36 @@ def _lookup_costs(
     n_msa = dec.streams.config.n_msa_layers if dec.streams is not None else 0
     drafted = dec.drafted if dec.policy.depth > 0 else 0  # stream heads, for the next pass
 
-    def ms(nodes: int) -> float:
-        return curve.pass_ms(nodes, dec.n_streams, n_msa, drafted)
+    def ms(nodes: int) -> float:  # a chain pass: the streams ride along or sit it out
+        streams, heads = (dec.n_streams, drafted) if nodes == 1 or dec.chain_streams else (0, 0)
+        return curve.pass_ms(nodes, streams, n_msa, heads)
 
     chain = tuple(ms(1 + n) for n in range(lookup.max_draft + 1))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
         return LookupCosts(chain, tree["expected_tokens_per_pass"], tree["predicted_pass_ms"])
     return LookupCosts(chain)
+
+
+def _chains_run_streams(loaded, dec: Decoder, tree: dict | None, lookup: LookupConfig) -> bool:
+    """Whether a pass verifying a lookup chain runs the streams too, so that the next pass can
+    draft their tree. Shared mode: always (the main stream attends to them). Lossless streams
+    sit chain passes out where the latency curve says their rows cost a chain pass more than
+    they give the pass after it: where no chain follows, that pass runs the root alone
+    (streams included, for the pass after) instead of the streams' calibrated tree, and loses
+    its ms a token less the tree's."""
+    streams = dec.streams
+    if streams is None or dec.policy.depth == 0 or streams.config.mode == "shared":
+        return True
+    curve = latency_curve(loaded, measure=False)
+    if curve is None or not tree or "expected_tokens_per_pass" not in tree:
+        return True
+    n_msa, nodes = streams.config.n_msa_layers, 1 + lookup.max_draft
+    saved = curve.pass_ms(nodes, dec.n_streams, n_msa, dec.drafted) - curve.pass_ms(
+        nodes, 0, n_msa, 0
+    )
+    tree_ms_per_token = tree["predicted_pass_ms"] / tree["expected_tokens_per_pass"]
+    lost = curve.pass_ms(1, dec.n_streams, n_msa, dec.drafted) - tree_ms_per_token
+    return saved <= lost
 
 
 def _compile_default(loaded) -> bool:

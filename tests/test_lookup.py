@@ -16,6 +16,7 @@ from specstream_mlx.decoding.lookup import (
     lookup_draft,
     lookup_drafter,
 )
+from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
@@ -260,3 +261,83 @@ def test_lookup_match_replaces_the_stream_draft(
         else:
             assert len(tree) <= 2
         history += step.tokens
+
+
+@EXAMPLES
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    words=WORDS,
+    top_k=st.integers(1, 3),
+    cap=st.integers(1, 6),
+    compiled=st.booleans(),
+    length=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+)
+def test_lossless_streams_sitting_chain_passes_out_keep_plain_greedy(
+    tiny_models, monkeypatch, family, words, top_k, cap, compiled, length, seed
+):
+    """A pass verifying a lookup chain may run no stream rows (`chain_streams` False): the
+    output stays plain decoding's, such passes run the model alone (no stream rows, no stream
+    logits), and the pass after one drafts nothing from the streams: the lookup's chain again,
+    or the root alone."""
+    loaded = tiny_models[family]
+    params = streams_for(loaded, seed, gamma=2, top_k=top_k, n_msa_layers=2, max_tree_nodes=cap)
+    prompt_ids = encode_prompt(loaded, " ".join(words * 3))
+    plain = ss.generate(loaded, prompt_ids, max_tokens=length)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    dec = loop.Decoder(loaded.model, arch, params, TreePolicy.of(params.config))
+    dec.passes = Passes(arch, params, compiled)
+    dec.drafter, dec.chain_streams = lookup_drafter(LookupConfig()), False
+    calls = []
+    verify = loop.MlxForward.verify
+
+    def recording(self, tree, prune, drafts):
+        out = verify(self, tree, prune, drafts)
+        calls.append((tree.tokens, self._streams(drafts), out.out.stream_hidden, drafts))
+        return out
+
+    monkeypatch.setattr(loop.MlxForward, "verify", recording)
+    steps = list(loop.decode(dec, prompt_ids, length))
+    tokens = [t for s in steps for t in s.tokens]
+    eos = loaded.eos_token_ids
+    cut = next((i + 1 for i, t in enumerate(tokens) if t in eos), len(tokens))
+    assert tokens[:cut] == plain.token_ids[:cut]
+    streams = dec.n_streams if dec.policy.depth > 0 else 0
+    history, after_chain = list(prompt_ids), False
+    for (tree, n_streams, hidden, drafts), step in zip(calls, steps, strict=True):
+        copied = lookup_draft(history, LookupConfig())
+        if copied:
+            assert tree == [history[-1], *copied]
+            assert (n_streams, hidden, drafts) == (0, None, False)
+        else:
+            assert n_streams == streams and drafts == (streams > 0)
+            assert len(tree) == 1 or not after_chain
+        after_chain = bool(copied)
+        history += step.tokens
+
+
+def test_lossless_streams_sit_chains_out_where_the_curve_says_their_rows_cost_more(tiny_models):
+    """`ss+pld` with lossless streams: chain passes run the streams where their rows are
+    nearly free, and skip them where the rows cost more than the streams' tree gains a token;
+    shared streams always run (the main stream attends to them). Each output is plain greedy's,
+    and the result says which ran."""
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=2)
+    prompt = "a b c a b c a b c a b"
+    plain = ss.generate(loaded, prompt, max_tokens=16)
+    ran = {}
+    try:
+        for right, per_row in ((100, 0.01), (50, 0.1)):
+            # streams always right on nearly free rows; right half the time where a row costs
+            # a tenth of a one-row layer (the 2-node tree still pays)
+            params.acceptance = Acceptance(2, 100, {(0,): right, (0, 0): right * right // 100})
+            loaded.latency_curve = flat_curve(loaded, per_row=per_row)
+            loaded.trees.clear()
+            out = ss.generate(loaded, prompt, max_tokens=16, decoder="ss+pld", streams=params)
+            assert out.token_ids == plain.token_ids
+            assert out.stats.tree["source"] == "calibrated"
+            ran[per_row] = out.stats.tree["chain_streams"]
+    finally:
+        loaded.latency_curve = None
+        loaded.trees.clear()
+    assert ran == {0.01: True, 0.1: False}

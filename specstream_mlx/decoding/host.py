@@ -76,6 +76,10 @@ class Drafting:
     drafter: Drafter | None = None  # drafts from elsewhere; the streams' when it has none
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
     probe: list | None = None  # acceptance statistics: (tokens decided, streams' top tokens)
+    # A pass verifying the drafter's tree runs the streams too, so the next pass can draft from
+    # them; False: lossless streams sit such passes out (the next one drafts nothing but the
+    # drafter's, or runs the root alone with the streams)
+    chain_streams: bool = True
 
     @property
     def from_streams(self) -> bool:
@@ -103,6 +107,7 @@ class _HostPass:
     out: Verified
     offset: int
     q: list | None  # sampling: the distribution each depth's candidates were drawn from
+    streams: bool  # the streams ran, to be drafted from
 
 
 class HostRun:
@@ -126,16 +131,19 @@ class HostRun:
         prune = None  # sampling: a cut would depend on the drawn tokens (the cap is breadth-first)
         if self.sampling is None:
             prune = replace(d.policy, max_nodes=d.policy.max_nodes + extra)
-        out = self.forward.verify(tree, prune, d.from_streams and d.override is None)
-        return _HostPass(tree, out, offset, q)
+        streams = d.from_streams and (extra == 0 or d.chain_streams or d.probe is not None)
+        out = self.forward.verify(tree, prune, streams and d.override is None)
+        return _HostPass(tree, out, offset, q, streams)
 
     def settle(self, p: _HostPass) -> Step:
         path, tokens = self._greedy(p) if self.sampling is None else self._sampled(p)
         self.history.extend(tokens)
         self.root = tokens[-1]
         self.hidden = p.out.hidden(path[-1])
-        if self.drafting.from_streams:
+        if p.streams:
             self._next_drafts(p, path[-1])
+        else:  # nothing from the streams for the next pass
+            self.drafts, self.q = [], None
         return Step(tokens, len(p.tree), len(p.out.survivors))
 
     # ---- drafter ----
@@ -148,6 +156,8 @@ class HostRun:
             tree = d.drafter(self.history, self.hidden)
             if len(tree) > 1 or not d.streams or policy.depth == 0:
                 return tree, len(tree) - 1, [None] * len(tree)
+        if not self.drafts:  # the streams drafted nothing for this pass
+            return draft_tree(self.root, []), 0, None
         if self.sampling is not None:
             tree = cap_breadth_first(draft_tree(self.root, self.drafts), policy.max_nodes)
             return tree, 0, self.q

@@ -57,6 +57,7 @@ class Decoder:
     kv_bits: int | None = None  # quantized KV caches (4 or 8): passes settle on the host
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
     probe: list | None = None  # acceptance statistics: (tokens decided, streams' top tokens)
+    chain_streams: bool = True  # a pass verifying the drafter's chain runs the streams too
 
     @property
     def n_streams(self) -> int:
@@ -82,7 +83,9 @@ class Decoder:
 
     def drafting(self) -> Drafting:
         streams = self.streams is not None
-        return Drafting(self.policy, streams, self.drafter, self.override, self.probe)
+        return Drafting(
+            self.policy, streams, self.drafter, self.override, self.probe, self.chain_streams
+        )
 
 
 @dataclass
@@ -227,18 +230,28 @@ class MlxForward:
             and len(tree) > 1
             and (len(tree) > prune.max_nodes or prune.prune_threshold > 0)
         )
+        g = self._streams(drafts)
         if dec.passes is not None and not cuts and compilable(caches):
-            out = self._compiled(tree, drafts)
+            out = self._compiled(tree, drafts, g)
         elif dec.arch is None:  # a family the tree passes do not know: mlx-lm's model, one token
             out = TreeOutput([0], dec.model(mx.array(tree.tokens)[None], cache=caches)[0], None)
         elif dec.streams is None:
             out = tree_forward(dec.arch, None, tree, caches)
         else:
-            out = tree_forward(dec.arch, dec.streams, tree, caches, dec.n_streams, drafts, prune)
+            out = tree_forward(dec.arch, dec.streams, tree, caches, g, drafts, prune)
         return MlxVerified(out, dec.arch)
 
-    def _compiled(self, tree: Tree, drafts: bool) -> TreeOutput:
-        n, g, drafted = len(tree), self.dec.n_streams, self.dec.drafted
+    def _streams(self, drafts: bool) -> int:
+        """Streams each node runs in this pass: none where nothing is drafted from them and
+        the main stream does not attend to them (lossless, not probed; a test's stand-in
+        proposals keep them running, as the streams they stand in for would)."""
+        dec = self.dec
+        if drafts or dec.streams is None or dec.probe is not None or dec.override is not None:
+            return dec.n_streams
+        return dec.n_streams if dec.streams.config.mode == "shared" else 0
+
+    def _compiled(self, tree: Tree, drafts: bool, g: int) -> TreeOutput:
+        n, drafted = len(tree), self.dec.drafted
         heads = "main"
         if drafts:
             heads = "one" if n * (1 + drafted) <= ONE_HEAD_PASS_ROWS else "split"

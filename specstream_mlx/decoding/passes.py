@@ -195,7 +195,8 @@ class Passes:
         if params is not None:
             mask = mx.concatenate([_buffer_mask(offset, cap, shape[2]), shape[3]], axis=1)
             x = msa_layers(arch, params, h, MsaRows(depths, offset, mask), caches, n_streams)
-            h, streams = x[:, :n], x[0, n:].reshape(n, n_streams, -1)
+            h = x[:, :n]
+            streams = x[0, n:].reshape(n, n_streams, -1) if n_streams else None
         new_states = [c.keys for c in caches] + [c.values for c in caches]
         return arch.norm(h[0]), streams, new_states
 

@@ -92,18 +92,20 @@ def msa_layers(
     then the first g = n_streams (default gamma) streams of each of the S nodes in
     `rows.stream_nodes` (default: all M). Stream j sees only streams 1..j, so fewer streams
     leave the first ones unchanged; in shared mode the main stream sees them all, so it needs
-    all gamma. Only main rows enter the caches; caches=None runs without any (training)."""
+    all gamma (g = 0, lossless only: the main rows alone, as the model alone runs them). Only
+    main rows enter the caches; caches=None runs without any (training)."""
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
     if cfg.mode == "shared" and gamma != cfg.gamma:
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
-    nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
-    picked = mx.array(nodes)
-    streams = stream_inputs(arch, params, main[0, picked], gamma)
-    x = mx.concatenate([main, streams], axis=1)
-    depths = rows.depths
-    positions = mx.concatenate([depths, mx.repeat(depths[picked], gamma)]) + rows.prefix
+    x, positions = main, rows.depths + rows.prefix
+    if gamma:
+        nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
+        picked = mx.array(nodes)
+        x = mx.concatenate([main, stream_inputs(arch, params, main[0, picked], gamma)], axis=1)
+        positions = mx.concatenate([rows.depths, mx.repeat(rows.depths[picked], gamma)])
+        positions = positions + rows.prefix
     views = None if caches is None else [MainOnlyCache(c, m) for c in caches[n_low:]]
     with arch.positions(positions):
         return msa_block(arch, params, x, m, rows.mask, views)
@@ -147,6 +149,8 @@ def msa_block(arch: Arch, params: StreamParams, x: mx.array, m: int, mask, cache
 
 def on_stream_rows(y: mx.array, n: mx.array, m: int, adapter) -> mx.array:
     """y (1, m + R, d) with adapter(n) added to its R stream rows (the m main rows unchanged)."""
+    if y.shape[1] == m:  # no stream rows
+        return y
     if not m:
         return y + adapter(n)
     return mx.concatenate([y[:, :m], y[:, m:] + adapter(n[:, m:])], axis=1)
@@ -197,6 +201,8 @@ def tree_forward(
     depths = mx.array(tree.depths)[kept]
     rows = MsaRows.of(depths, anc, prefix, gamma, cfg.mode == "shared")
     x = msa_layers(arch, params, h[:, kept], rows, caches, gamma)
+    if not gamma:  # the streams sat this pass out (lossless)
+        return TreeOutput(survivors, arch.lm_head(arch.norm(x[0])), None)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
     if stream_logits and m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
