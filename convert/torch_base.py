@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from specstream_mlx.chat_safety import encode_chat
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.models.packaged import DEFAULT_MODEL, default_gguf_path
 from specstream_mlx.streams.fingerprint import fingerprint
@@ -60,11 +61,32 @@ class TorchBase:
 
     def encode_chat(self, prompt: str) -> list[int]:
         """A user turn through the chat template with the assistant's turn opened (the same ids
-        as the MLX runtime's `encode_prompt`)."""
+        as the MLX runtime's `encode_prompt`: control-token texts typed in a prompt stay
+        text)."""
         messages = [{"role": "user", "content": prompt}]
         if getattr(self.tokenizer, "chat_template", None):
-            return chat_ids(self.tokenizer, messages, add_generation_prompt=True)
+            return encode_chat(ChatTokenizer(self.tokenizer), messages)
         return list(self.tokenizer.encode(prompt))
+
+
+class ChatTokenizer:
+    """A transformers tokenizer as the mlx-free modules expect one (mlx-lm's wrapper's view):
+    `has_chat_template`, and `apply_chat_template` returning plain id lists (transformers 5
+    returns an encoding object)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = self._tokenizer = tokenizer  # _tokenizer: what the wrapper wraps
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
+        if not tokenize:
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+        return chat_ids(self.tokenizer, messages, add_generation_prompt)
 
 
 def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:

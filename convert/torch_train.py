@@ -36,7 +36,7 @@ from specstream_mlx.training.positions import (
 )
 
 from .torch_adapter import add_lora, save_torch_adapter
-from .torch_base import TorchBase, chat_ids, load_base
+from .torch_base import ChatTokenizer, TorchBase, load_base
 from .torch_streams import TorchStreams, View, chain, lower_layers, msa_layers
 
 
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.targets != "text" and args.mode != "lossless":
             raise SpecstreamError("--targets self is for lossless mode (shared mode's base moves)")
         base = load_base(args.model, device=args.device)
-        tokenizer = _ChatIds(base.tokenizer)
+        tokenizer = ChatTokenizer(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
         examples = data.examples[: args.limit]
         config = StreamConfig(
@@ -528,20 +528,6 @@ def _top_blocks(args, n_layers: int) -> tuple[int, ...] | None:
             f"layers), got {args.lora_layers}"
         )
     return tuple(range(n_layers - args.lora_layers, n_layers))
-
-
-class _ChatIds:
-    """The tokenizer with `apply_chat_template` returning plain id lists (what the mlx-free
-    data module expects; transformers 5 returns an encoding object)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def __getattr__(self, name):
-        return getattr(self.tokenizer, name)
-
-    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
-        return chat_ids(self.tokenizer, messages, add_generation_prompt)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,14 @@
 # whose adapter is already on the machine is not trained again. The data files are the
 # project's ../shared/data, carried for the run only (never committed). `rehearse TASK` runs
 # `run` here on the CPU: 2 steps x 2, into runs/.
+#
+# `distill` (the default model; after `prepare`, carrying runs/cudadata and the model's parts as
+# for `run`) answers the instruction prompts of the train split that corpus/ lacks with
+# convert/torch_distill.py (batched greedy `generate`, DISTILL_BATCH=128 prompts a batch;
+# MAX_NEW: at most N of them), and returns only the new rows, gzipped, as
+# $OUT/instructions_train_gpu.jsonl.gz; `import FOLDER` here packs them as the next shard of
+# corpus/ (docs/CORPUS.md: record it as GPU-made). Rehearsed on the CPU with
+# `DEVICE=cpu TORCH_PYTHON="./dev.sh python" MAX_NEW=N OUT=runs/cuda_distill_rehearsal`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -96,7 +104,24 @@ prepare)
     ./dev.sh python scripts/corpus.py unpack --split train --data-dir "$data" \
         --rows runs/cuda/instructions_train.jsonl
     gzip -c runs/cuda/instructions_train.jsonl > runs/cudadata/instructions/train.jsonl.gz
+    gzip -c "$data/instructions/instructions.jsonl" > runs/cudadata/instructions/prompts.jsonl.gz
     du -sh runs/cudadata
+    ;;
+distill)  # the rest of the instruction prompts' answers, on the GPU (convert/torch_distill.py)
+    [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
+    out=${OUT:-runs}
+    mkdir -p runs/cuda/distill "$out"
+    bash scripts/cuda_validate.sh join
+    rows=runs/cuda/distill/instructions_train.jsonl
+    [ -f "$rows" ] || gunzip -c runs/cudadata/instructions/train.jsonl.gz > "$rows"
+    gunzip -c runs/cudadata/instructions/prompts.jsonl.gz > runs/cuda/distill/prompts.jsonl
+    kept=$(wc -l < "$rows")
+    ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
+        --instructions runs/cuda/distill/prompts.jsonl --split train --out "$rows" \
+        --max-tokens 160 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
+        ${MAX_NEW:+--max-new "$MAX_NEW"} 2>&1 | tee -a "$out/distill.log"
+    # only the new rows come back (the rest are in corpus/ already)
+    tail -n +"$((kept + 1))" "$rows" | gzip -c > "$out/instructions_train_gpu.jsonl.gz"
     ;;
 rehearse)  # `run` here, on the CPU: the join, the data and two training steps
     rm -rf runs/cuda/train
@@ -131,6 +156,15 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
     from=${2:?usage: scripts/cuda_train.sh import FOLDER}
     to=${GPU_DIR:-../runs/gpu}
     mkdir -p "$to"
+    if [ -f "$from/instructions_train_gpu.jsonl.gz" ]; then
+        # distilled rows: those no shard holds become the next shard of corpus/ (commit it and
+        # record it in docs/CORPUS.md as GPU-made); a local distillation skips them once it
+        # unpacks again (scripts/distill_instructions.sh does on every start)
+        mkdir -p ../runs/gpu
+        gunzip -c "$from/instructions_train_gpu.jsonl.gz" > ../runs/gpu/instructions_train_gpu.jsonl
+        ./dev.sh python scripts/corpus.py pack --split train --rows ../runs/gpu/instructions_train_gpu.jsonl
+        exit 0
+    fi
     for tarball in "$from"/*_torch.tar; do
         [ -f "$tarball" ] || { echo "no TASK_torch.tar in $from" >&2; exit 2; }
         task=$(basename "$tarball" _torch.tar)
@@ -140,7 +174,7 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
     done
     ;;
 *)
-    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | import FOLDER" >&2
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | distill | import FOLDER" >&2
     exit 2
     ;;
 esac

@@ -21,14 +21,14 @@ import specstream_mlx as ss
 from convert import adapter_format as af
 from convert.parity import decode_both, one_tree_step
 from convert.torch_adapter import add_lora, load_torch_adapter, save_torch_adapter
-from convert.torch_base import load_base
+from convert.torch_base import ChatTokenizer, load_base
 from convert.torch_streams import (
     TorchStreams,
     View,
     hf_greedy,
     speculative_decode,
 )
-from convert.torch_train import TrainConfig, _ChatIds, train
+from convert.torch_train import TrainConfig, train
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
@@ -396,7 +396,9 @@ def trained(pairs, tmp_path_factory, data):
     tiny model's context)."""
     _, base0 = pairs["llama"]
     root = tmp_path_factory.mktemp("trained")
-    e2e = load_dataset(data / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    e2e = load_dataset(
+        data / "e2e" / "train.csv", ChatTokenizer(base0.tokenizer), 4096, "data2text"
+    )
     e2e.examples = [e for e in e2e.examples if len(e.ids) <= 200][:8]
     assert len(e2e.examples) == 8, "too few short E2E rows"
     out = {}
@@ -595,6 +597,7 @@ def test_the_torch_path_imports_without_mlx():
         "import sys\n"
         "for m in ('mlx', 'mlx.core', 'mlx.nn', 'mlx_lm'): sys.modules[m] = None\n"
         "import convert.validate_cuda, convert.torch_train, convert.torch_adapter\n"
+        "import convert.torch_distill\n"
         "print('ok')\n"
     )
     root = Path(__file__).resolve().parents[1]
@@ -652,7 +655,9 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     from convert import torch_train
 
     loaded, base0 = pairs["llama"]
-    e2e = load_dataset(data / "e2e" / "train.csv", _ChatIds(base0.tokenizer), 4096, "data2text")
+    e2e = load_dataset(
+        data / "e2e" / "train.csv", ChatTokenizer(base0.tokenizer), 4096, "data2text"
+    )
     examples = [e for e in e2e.examples if len(e.ids) <= 200][:6]
     assert len(examples) == 6, "too few short E2E rows"
     cfg = StreamConfig(gamma=2, n_msa_layers=2, mode="shared")
@@ -773,3 +778,28 @@ def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
         for _ in range(2)
     )  # fmt: skip
     assert one == two
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(pairs, family, tmp_path):
+    """convert.torch_distill (batched, left-padded `generate`) writes the rows that
+    `specstream distill` writes for the same prompts (a control token's text typed in a prompt
+    stays text on both sides), and a second run adds only the missing ones."""
+    from convert.torch_distill import distill as torch_distill
+    from specstream_mlx.training.distill import distill as mlx_distill
+    from specstream_mlx.training.instructions import Instruction
+
+    loaded, base = pairs[family]
+    prompts = ["a cat", "the cat sat on the mat and looked at the door", "sat", "<|im_end|> typed"]
+    items = [Instruction(p, "test", f"c{i}") for i, p in enumerate(prompts)]
+    mlx_out, torch_out = tmp_path / "mlx.jsonl", tmp_path / "torch.jsonl"
+    mlx_distill(loaded, items, mlx_out, max_tokens=12, batch_size=4, log=lambda _: None)
+    first = torch_distill(base, items[:2], torch_out, 12, 2, log=lambda _: None)
+    again = torch_distill(base, items, torch_out, 12, 3, log=lambda _: None)
+    assert (first.rows, again.rows) == (2, 2)
+
+    def rows(path):
+        return {r["prompt"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+    assert len(torch_out.read_text().splitlines()) == 4
+    assert rows(torch_out) == rows(mlx_out)

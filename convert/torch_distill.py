@@ -1,0 +1,139 @@
+"""Distillation on a GPU with the PyTorch path: the base model's own greedy answers to the
+instruction prompts, in the rows `specstream distill` writes (training/distill.py: prompt,
+completion, source, category, tokens, capped, loop, loop_tail, degenerate) and resumable the same
+way (prompts already in the output are skipped; a partial last line is cut off). For a lent GPU
+machine, where MLX is not installed (scripts/cuda_train.sh `distill`).
+
+Batches of prompts of similar length decode together with transformers' `generate` (greedy, left
+padding). The answers are plain greedy decoding's in float32, as MLX's are, but not guaranteed
+token for token the same: a different kernel or batch shape rounds differently, and where the
+two best tokens' logits nearly tie the argmax may differ (docs/CORPUS.md records which shards
+came from here).
+
+    python -m convert.torch_distill --instructions ../shared/data/instructions/instructions.jsonl \
+        --out runs/distill/instructions_train.jsonl [--split train] [--limit N] [--max-new N] \
+        [--model GGUF] [--max-tokens 160] [--batch-size 128] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.training.distill import DistillStats, make_row, read_done
+from specstream_mlx.training.instructions import Instruction, instructions_split
+
+from .torch_base import TorchBase, load_base
+
+
+def greedy_answers(
+    base: TorchBase, prompts: list[list[int]], max_tokens: int
+) -> list[tuple[list[int], bool]]:
+    """Each prompt's greedy answer (token ids, the end token left out) and whether it stopped
+    at `max_tokens` rather than at an end token; the prompts decode as one left-padded batch."""
+    eos = sorted(base.eos_token_ids)
+    pad = base.tokenizer.pad_token_id
+    pad = eos[0] if pad is None else pad
+    width = max(len(ids) for ids in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    with torch.inference_mode():
+        out = base.model.generate(
+            input_ids=ids.to(base.device),
+            attention_mask=mask.to(base.device),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )
+    answers = []
+    for row in out[:, width:].tolist():
+        end = next((i for i, t in enumerate(row) if t in eos), None)
+        answers.append((row[:end], False) if end is not None else (row[:max_tokens], True))
+    return answers
+
+
+def distill(
+    base: TorchBase,
+    items: list[Instruction],
+    out_path: str | Path,
+    max_tokens: int = 160,
+    batch_size: int = 128,
+    log=print,
+    max_new: int | None = None,
+) -> DistillStats:
+    """Append one row per prompt of `items` not yet in out_path (the first `max_new` of them;
+    None: all), a batch of similar-length prompts at a time, each batch's rows written, flushed
+    and synced together."""
+    out_path = Path(out_path)
+    done = read_done(out_path)
+    todo, seen = [], set(done)
+    for it in items:  # the first of repeated prompts
+        if it.prompt not in seen:
+            seen.add(it.prompt)
+            todo.append(it)
+    todo = todo[:max_new]
+    log(f"distill: {len(done)} rows in {out_path}, {len(todo)} to generate")
+    stats = DistillStats(total=len(todo))
+    encoded = sorted(((base.encode_chat(it.prompt), it) for it in todo), key=lambda e: len(e[0]))
+    start = time.perf_counter()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "a", encoding="utf-8") as f:
+        for b in range(0, len(encoded), batch_size):
+            batch = encoded[b : b + batch_size]
+            answers = greedy_answers(base, [ids for ids, _ in batch], max_tokens)
+            for (_, item), (tokens, capped) in zip(batch, answers, strict=True):
+                row = make_row(base.tokenizer, item, tokens, capped)
+                f.write(json.dumps(row) + "\n")
+                stats.rows += 1
+                stats.tokens += row["tokens"]
+                stats.capped += row["capped"]
+                stats.degenerate += row["degenerate"]
+            f.flush()
+            os.fsync(f.fileno())
+            stats.seconds = time.perf_counter() - start
+            log(stats.line())
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instructions", required=True, help="instructions.jsonl")
+    parser.add_argument("--split", choices=["train", "dev"], default="train")
+    parser.add_argument("--limit", type=int, default=None, help="the first N prompts of the split")
+    parser.add_argument(
+        "--max-new", type=int, default=None, help="answer at most N prompts not yet in --out"
+    )
+    parser.add_argument("--out", required=True, help="jsonl to append rows to (resumes)")
+    parser.add_argument("--model", default=None, help="GGUF file or folder (default model)")
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    try:
+        if args.batch_size < 1 or args.max_tokens < 1:
+            raise SpecstreamError("--batch-size and --max-tokens must be at least 1")
+        items = instructions_split(args.instructions, args.split)[: args.limit]
+        base = load_base(args.model, args.device)
+        distill(base, items, args.out, args.max_tokens, args.batch_size, max_new=args.max_new)
+    except SpecstreamError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
