@@ -781,7 +781,7 @@ def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(pairs, family, tmp_path):
+def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(tiny_folders, family, tmp_path):
     """convert.torch_distill (batched, left-padded `generate`) writes the rows that
     `specstream distill` writes for the same prompts (a control token's text typed in a prompt
     stays text on both sides), and a second run adds only the missing ones."""
@@ -789,7 +789,7 @@ def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(pairs, famil
     from specstream_mlx.training.distill import distill as mlx_distill
     from specstream_mlx.training.instructions import Instruction
 
-    loaded, base = pairs[family]
+    loaded, base = ss.load(str(tiny_folders[family])), load_base(str(tiny_folders[family]))
     prompts = ["a cat", "the cat sat on the mat and looked at the door", "sat", "<|im_end|> typed"]
     items = [Instruction(p, "test", f"c{i}") for i, p in enumerate(prompts)]
     mlx_out, torch_out = tmp_path / "mlx.jsonl", tmp_path / "torch.jsonl"
