@@ -13,6 +13,8 @@ import torch
 
 from specstream_mlx.chat_safety import encode_chat
 from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.models.gguf_meta import read_metadata
+from specstream_mlx.models.gguf_tokenizer import gguf_tokenizer
 from specstream_mlx.models.packaged import DEFAULT_MODEL, default_gguf_path
 from specstream_mlx.streams.fingerprint import fingerprint
 
@@ -121,7 +123,12 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
             folder = path if path.exists() else name  # a folder, or a hub id (local cache)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_DTYPES[dtype], **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), **kwargs)
+        if (
+            kwargs
+        ):  # the MLX runtime's tokenizer: transformers' GGUF one lacks SmolLM2's digit split
+            tokenizer = gguf_tokenizer(read_metadata(folder / kwargs["gguf_file"]))
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except (OSError, ValueError, ImportError) as exc:
         raise SpecstreamError(f"cannot load model {name or DEFAULT_MODEL!r}: {exc}") from None
     config = model.config.to_dict()

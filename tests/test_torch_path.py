@@ -345,6 +345,24 @@ def test_default_model_same_weights_and_logits(default_pair):
     assert (mlx_logits.argmax(-1) == torch_logits.argmax(-1)).all()
 
 
+def test_default_model_tokenizer_is_the_mlx_runtimes(default_pair):
+    """The torch path tokenizes as the MLX runtime does. transformers' own GGUF tokenizer does
+    not split digits off before SmolLM2's byte-level regex, so "?\n\n5" became "\n", "\n" where
+    the model's tokenizer (and ours) has one "\n\n" token: a different prompt, another answer."""
+    loaded, base = default_pair
+    texts = [
+        "How would you create a recursive factorial function in Haskell?\n\n5",
+        "SELECT name FROM t WHERE year = 2024;\n\n  42 rows",
+        "def f(x):\n    return x ** 2  # 3.14\n\n\n1. first\n2. second",
+        "Größe: 12 €, naïve café — 東京 2020年",
+    ]
+    for text in texts:
+        assert base.tokenizer.encode(text, add_special_tokens=False) == list(
+            loaded.tokenizer.encode(text, add_special_tokens=False)
+        ), text
+        assert base.encode_chat(text) == encode_prompt(loaded, text), text
+
+
 @pytest.mark.parametrize("adapter", ["chat", "sql"])  # lossless; shared, LoRA in the top 8 blocks
 def test_default_model_with_shipped_adapter_agrees(default_pair, adapter):
     loaded, base = default_pair

@@ -70,7 +70,7 @@ def gguf_tokenizer(metadata: dict):
     merges = [tuple(m.split(" ", 1)) for m in merges]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     types = metadata.get("tokenizer.ggml.token_type")
-    types = types.tolist() if types is not None else [1] * len(tokens)
+    types = [int(t) for t in types] if types is not None else [1] * len(tokens)
     if len(types) != len(tokens):
         raise SpecstreamError(
             f"GGUF metadata has {len(types)} token types for {len(tokens)} tokens"
