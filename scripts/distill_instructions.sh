@@ -22,7 +22,10 @@
 # and generated again on the next run. Keep --max-tokens the same across runs (rows record
 # `capped`). One distillation runs at a time (the PID file says which). Settings: SPLIT (train or
 # dev), SPECSTREAM_DATA, RUN_DIR, MAX_TOKENS, BATCH_SIZE, LIMIT (the first N prompts of the split;
-# default all), FOREGROUND=1 (run here, with a progress bar on a terminal).
+# default all), FOREGROUND=1 (run here, with a progress bar on a terminal), ENGINE=torch (the
+# PyTorch path's distiller, batches of BATCH_SIZE_TORCH=64 similar-length prompts, one log line
+# a batch: the same rows, about 3x the MLX distiller's rate on the 2-core dev CPU;
+# docs/CORPUS.md).
 #
 # The answers outlive the machine only in the repository: before it starts, this script appends
 # to the output the rows already kept in corpus/smollm2-135m-instruct/ (scripts/corpus.py
@@ -53,6 +56,11 @@ fi
 
 cmd=(./dev.sh specstream distill --instructions --split "$SPLIT" --data-dir "$DATA_DIR"
     --max-tokens "$MAX_TOKENS" --batch-size "$BATCH_SIZE" --out "$OUT")
+if [ "${ENGINE:-mlx}" = torch ]; then  # the PyTorch path's distiller (convert/torch_distill.py)
+    cmd=(./dev.sh python -m convert.torch_distill --split "$SPLIT" --device "${DEVICE:-cpu}"
+        --instructions "$DATA_DIR/instructions/instructions.jsonl" --max-tokens "$MAX_TOKENS"
+        --batch-size "${BATCH_SIZE_TORCH:-64}" --out "$OUT")
+fi
 if [ -n "${LIMIT:-}" ]; then
     cmd+=(--limit "$LIMIT")
 fi
