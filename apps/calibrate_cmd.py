@@ -61,7 +61,7 @@ def run(args) -> int:
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     curve = calibration.read_curve(loaded)
-    cached = curve is not None and not args.force
+    cached = curve is not None and curve.steady and not args.force  # provisional: measured again
     if not cached:
         log(f"measuring the latency curve of {loaded.name} ({loaded.precision}) on this device")
         bar, stages = Progress("stage", "calibrate", args.json), calibration.CURVE_STAGES
@@ -77,7 +77,8 @@ def run(args) -> int:
             raise ss.SpecstreamError(f"cannot write {path}: {exc}") from None
     loaded.latency_curve = curve
     out = {"curve": curve.to_dict(), "curve_file": str(calibration.curve_path(loaded))}
-    out["cached"] = curve.steady
+    out["cached"] = True
+    out["steady"] = curve.steady  # false: measured on a busy machine, cached as provisional
     out["provenance"] = provenance()  # the commit and versions of this run, the machine
     if args.adapter:
         params = loaded.streams

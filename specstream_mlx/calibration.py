@@ -417,9 +417,11 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def cache_curve(loaded: LoadedModel, curve: LatencyCurve) -> bool:
-    """Write `curve` to the cache (OSError if it cannot), unless the machine was busy while it
-    was measured (its load changed, or other programs kept the CPUs busy): then warn and keep it
-    out, so that a later run measures again."""
+    """Write `curve` to the cache (OSError if it cannot). One measured while the machine was busy
+    (its load changed, or other programs kept the CPUs busy) is cached as provisional, with a
+    warning: later runs use it rather than spend another minute measuring a busy machine, and
+    the first one that finds the machine idle measures again (`latency_curve`). Returns whether
+    it was steady."""
     if not curve.steady:
         why = (
             f"the device's speed changed by {curve.drift:.0%} while measuring it (another "
@@ -428,14 +430,24 @@ def cache_curve(loaded: LoadedModel, curve: LatencyCurve) -> bool:
             else f"other programs used {curve.others_cpu:.0%} of the CPUs while measuring it"
         )
         print(
-            f"specstream: {why}; the latency curve is used now but not cached: run "
-            "`specstream calibrate --force` on an idle machine",
+            f"specstream: {why}; the latency curve is used and kept as provisional until a run "
+            "finds this machine idle (or run `specstream calibrate --force` on an idle machine)",
             file=sys.stderr,
             flush=True,
         )
-        return False
     write_json_atomic(curve_path(loaded), curve.to_dict())
-    return True
+    return curve.steady
+
+
+def machine_idle(seconds: float = 0.3) -> bool:
+    """Whether other programs left the CPUs idle over the next `seconds` (their share at most
+    MAX_OTHERS_CPU). Devices other than the CPU, and systems that do not say, count as idle."""
+    if mx.default_device() != mx.cpu:
+        return True
+    share = others_cpu_share()
+    time.sleep(seconds)
+    used = share()
+    return used is None or used <= MAX_OTHERS_CPU
 
 
 def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | None:
@@ -445,6 +457,8 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
     if curve is not None and curve.key == curve_key(loaded):
         return curve
     curve = read_curve(loaded)
+    if curve is not None and not curve.steady and measure and machine_idle():
+        curve = None  # measured on a busy machine: measure again now that it is idle
     if curve is None:
         if not measure:
             return None

@@ -344,30 +344,47 @@ def test_latency_curve_is_measured_once_and_cached(tiny_models, tmp_path, monkey
     assert calibration.latency_curve(loaded, measure=False) is None
 
 
-def test_a_curve_measured_on_a_busy_machine_is_used_but_not_cached(
+def test_a_curve_measured_on_a_busy_machine_is_provisional_until_the_machine_is_idle(
     tiny_models, monkeypatch, capsys
 ):
+    """Measured under load, the curve is used and cached as provisional (with a warning): a
+    later run on a machine still busy uses it instead of measuring for another minute, and the
+    first run that finds the machine idle measures again."""
     loaded = tiny_models["llama"]
     real = calibration.measure_curve
     # (drift, other programs' CPU share): the one-row pass changed meanwhile; another program
     # kept a core of two busy the whole time (no drift); idle
     loads = iter([(0.8, 0.0), (0.1, 0.5), (0.1, 0.01)])
+    measured_now = []
 
     def measured(loaded):  # the real curve, as if measured under that load
         curve = real(loaded)
         curve.drift, curve.others_cpu = next(loads)
+        measured_now.append(curve)
         return curve
 
     monkeypatch.setattr(calibration, "measure_curve", measured)
-    for message in ("changed by 80% while measuring", "other programs used 50% of the CPUs"):
-        loaded.latency_curve = None
-        busy = calibration.latency_curve(loaded)
-        assert not busy.steady and loaded.latency_curve is busy
-        assert not calibration.curve_path(loaded).exists()
-        assert message in capsys.readouterr().err
+    idle = iter([False, True, True])  # what each later run finds
+    monkeypatch.setattr(calibration, "machine_idle", lambda: next(idle))
+    path = calibration.curve_path(loaded)
+    path.unlink(missing_ok=True)
     loaded.latency_curve = None
-    idle = calibration.latency_curve(loaded)
-    assert idle.steady and calibration.curve_path(loaded).is_file()
+    busy = calibration.latency_curve(loaded)
+    assert not busy.steady and loaded.latency_curve is busy and path.is_file()
+    assert "changed by 80% while measuring" in capsys.readouterr().err
+    loaded.latency_curve = None
+    assert calibration.latency_curve(loaded) == busy  # still busy: the cached one, not measured
+    assert len(measured_now) == 1
+    loaded.latency_curve = None
+    again = calibration.latency_curve(loaded)  # idle: measured again, still under load
+    assert len(measured_now) == 2 and not again.steady
+    assert "other programs used 50% of the CPUs" in capsys.readouterr().err
+    loaded.latency_curve = None
+    steady = calibration.latency_curve(loaded)
+    assert len(measured_now) == 3 and steady.steady
+    assert calibration.read_curve(loaded) == steady
+    loaded.latency_curve = None
+    assert calibration.latency_curve(loaded) == steady  # steady: no idleness check, no measuring
     loaded.latency_curve = None
 
 
