@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.training.distill import DistillStats, make_row, read_done
+from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
 from specstream_mlx.training.instructions import Instruction, instructions_split
 
 from .torch_base import TorchBase, load_base
@@ -79,14 +79,7 @@ def distill(
     None: all), a batch of similar-length prompts at a time, each batch's rows written, flushed
     and synced together."""
     out_path = Path(out_path)
-    done = read_done(out_path)
-    todo, seen = [], set(done)
-    for it in items:  # the first of repeated prompts
-        if it.prompt not in seen:
-            seen.add(it.prompt)
-            todo.append(it)
-    todo = todo[:max_new]
-    log(f"distill: {len(done)} rows in {out_path}, {len(todo)} to generate")
+    todo = still_to_answer(items, out_path, log, max_new)
     stats = DistillStats(total=len(todo))
     encoded = sorted(((base.encode_chat(it.prompt), it) for it in todo), key=lambda e: len(e[0]))
     start = time.perf_counter()
@@ -98,10 +91,7 @@ def distill(
             for (_, item), (tokens, capped) in zip(batch, answers, strict=True):
                 row = make_row(base.tokenizer, item, tokens, capped)
                 f.write(json.dumps(row) + "\n")
-                stats.rows += 1
-                stats.tokens += row["tokens"]
-                stats.capped += row["capped"]
-                stats.degenerate += row["degenerate"]
+                stats.add(row)
             f.flush()
             os.fsync(f.fileno())
             stats.seconds = time.perf_counter() - start

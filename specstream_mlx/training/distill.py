@@ -38,6 +38,13 @@ class DistillStats:
     degenerate: int = 0
     seconds: float = 0.0
 
+    def add(self, row: dict) -> None:
+        """Count a written row."""
+        self.rows += 1
+        self.tokens += row["tokens"]
+        self.capped += row["capped"]
+        self.degenerate += row["degenerate"]
+
     @property
     def rows_per_second(self) -> float:
         return self.rows / self.seconds if self.seconds else 0.0
@@ -83,13 +90,7 @@ def distill(
 
     items = [Instruction(p, "", "") if isinstance(p, str) else p for p in prompts]
     out_path = Path(out_path)
-    done = read_done(out_path)
-    todo, seen = [], set(done)
-    for it in items:  # the first of repeated prompts
-        if it.prompt not in seen:
-            seen.add(it.prompt)
-            todo.append(it)
-    log(f"distill: {len(done)} rows in {out_path}, {len(todo)} to generate")
+    todo = still_to_answer(items, out_path, log)
     stats = DistillStats(total=len(todo))
     every = batch_size if log_every is None else log_every
     if not todo:
@@ -124,10 +125,7 @@ def distill(
                     row = make_row(loaded.tokenizer, item, tokens, r.finish_reason == "length")
                     f.write(json.dumps(row) + "\n")
                     f.flush()
-                    stats.rows += 1
-                    stats.tokens += row["tokens"]
-                    stats.capped += row["capped"]
-                    stats.degenerate += row["degenerate"]
+                    stats.add(row)
                     stats.seconds = time.perf_counter() - start
                     if stats.rows % batch_size == 0:
                         os.fsync(f.fileno())
@@ -140,6 +138,22 @@ def distill(
         gen.close()
     log(stats.line())
     return stats
+
+
+def still_to_answer(
+    items: list[Instruction], out_path: Path, log=print, limit: int | None = None
+) -> list[Instruction]:
+    """The first `limit` (None: all) items whose prompt out_path does not answer yet (the first
+    of repeated prompts), in order; logs how many are done and how many to go."""
+    done = read_done(out_path)
+    todo, seen = [], set(done)
+    for it in items:
+        if it.prompt not in seen:
+            seen.add(it.prompt)
+            todo.append(it)
+    todo = todo[:limit]
+    log(f"distill: {len(done)} rows in {out_path}, {len(todo)} to generate")
+    return todo
 
 
 def make_row(tokenizer, item: Instruction, tokens: list[int], capped: bool) -> dict:
