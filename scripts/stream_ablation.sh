@@ -21,7 +21,11 @@
 # --next-token-guess (the streams start from the early-exit head's guess for the next token).
 # medusa: not streams but Medusa-1's 4 heads (each a residual block and its own LM head, 28M
 # parameters, on the base's last hidden state), trained on n1000's answers and budget at
-# Medusa's lr 1e-3: what full depth reaches.
+# Medusa's lr 1e-3: what full depth reaches. msa12long: msa12 on 10,000 usable answers for
+# 2,000 steps (five times the budget), trained by the PyTorch path on the CPU
+# (convert/torch_train.py, the same recipe and optimizer steps; 2.8 s a step here against the
+# MLX trainer's 8-13) and converted (ROW_torch/ is the PyTorch adapter, its checkpoint beside
+# it: rerun to resume).
 # Output: ../runs/ablation/ROW/ (the adapter and its checkpoint: rerun to resume) and
 # ../runs/ablation/ROW.json (the validation record: per-stream top-1, tau, the acceptance
 # counts, training seconds, provenance). A row whose JSON exists is not run again.
@@ -31,6 +35,7 @@ RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 msa12x3 msa16 msa20 attn guess medusa"
+ALL="$ALL msa12long"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -85,6 +90,7 @@ for row in $ROWS; do
         attn) extra=(--attention-adapters) ;;
         guess) extra=(--next-token-guess) ;;
         medusa) ;;
+        msa12long) n=10000 msa=12 steps=2000 ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac
     if [ -f "$RUN_DIR/$row.json" ]; then
@@ -102,6 +108,18 @@ for row in $ROWS; do
             --lr 1e-3 --segment 32 --warmup 20 --max-length 512 --val-every "$steps" \
             --checkpoint-every 25 --seed 0 --quiet
         run ./dev.sh python benchmarks/validate_streams.py --medusa "$RUN_DIR/$row" \
+            --data "$DEV" --json "$RUN_DIR/$row.json"
+        continue
+    fi
+    if [ "$row" = msa12long ]; then  # the PyTorch path's trainer, on the CPU, then converted
+        [ -d "$RUN_DIR/${row}_torch" ] ||
+            run ./dev.sh python -m convert.torch_train --mode lossless --data "$data" \
+                --out "$RUN_DIR/${row}_torch" --gamma 4 --n-msa-layers "$msa" --steps "$steps" \
+                --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 --max-length 512 \
+                --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}"
+        run ./dev.sh specstream convert --from "$RUN_DIR/${row}_torch" --to "$RUN_DIR/$row" \
+            --overwrite
+        run ./dev.sh python benchmarks/validate_streams.py --adapter "$RUN_DIR/$row" \
             --data "$DEV" --json "$RUN_DIR/$row.json"
         continue
     fi
