@@ -123,9 +123,8 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
             folder = path if path.exists() else name  # a folder, or a hub id (local cache)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_DTYPES[dtype], **kwargs)
-        if (
-            kwargs
-        ):  # the MLX runtime's tokenizer: transformers' GGUF one lacks SmolLM2's digit split
+        # a GGUF's tokenizer as the MLX runtime builds it (transformers' lacks the digit split)
+        if kwargs:
             tokenizer = gguf_tokenizer(read_metadata(folder / kwargs["gguf_file"]))
         else:
             tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -181,12 +181,13 @@ def _chains_run_streams(loaded, dec: Decoder, tree: dict | None, lookup: LookupC
     curve = latency_curve(loaded, measure=False)
     if curve is None or not tree or "expected_tokens_per_pass" not in tree:
         return True
-    n_msa, nodes = streams.config.n_msa_layers, 1 + lookup.max_draft
-    saved = curve.pass_ms(nodes, dec.n_streams, n_msa, dec.drafted) - curve.pass_ms(
-        nodes, 0, n_msa, 0
-    )
-    tree_ms_per_token = tree["predicted_pass_ms"] / tree["expected_tokens_per_pass"]
-    lost = curve.pass_ms(1, dec.n_streams, n_msa, dec.drafted) - tree_ms_per_token
+    n_msa, chain = streams.config.n_msa_layers, 1 + lookup.max_draft
+
+    def ms(nodes: int, streams: int) -> float:
+        return curve.pass_ms(nodes, streams, n_msa, min(streams, dec.drafted))
+
+    saved = ms(chain, dec.n_streams) - ms(chain, 0)
+    lost = ms(1, dec.n_streams) - tree["predicted_pass_ms"] / tree["expected_tokens_per_pass"]
     return saved <= lost
 
 

@@ -288,15 +288,19 @@ def test_lossless_streams_sitting_chain_passes_out_keep_plain_greedy(
     dec = loop.Decoder(loaded.model, arch, params, TreePolicy.of(params.config))
     dec.passes = Passes(arch, params, compiled)
     dec.drafter, dec.chain_streams = lookup_drafter(LookupConfig()), False
-    calls = []
-    verify = loop.MlxForward.verify
+    calls = []  # per pass: the tree, the streams the forward ran per node, the heads read
+    logits, tree_forward_ = dec.passes.logits, loop.tree_forward
 
-    def recording(self, tree, prune, drafts):
-        out = verify(self, tree, prune, drafts)
-        calls.append((tree.tokens, self._streams(drafts), out.out.stream_hidden, drafts))
-        return out
+    def compiled(tree, caches, n_streams=0, heads="main", drafted=None):
+        calls.append((tree.tokens, n_streams, heads != "main"))
+        return logits(tree, caches, n_streams, heads, drafted)
 
-    monkeypatch.setattr(loop.MlxForward, "verify", recording)
+    def eager(arch, params, tree, caches, n_streams=None, stream_logits=True, prune=None):
+        calls.append((tree.tokens, n_streams, stream_logits))
+        return tree_forward_(arch, params, tree, caches, n_streams, stream_logits, prune)
+
+    dec.passes.logits = compiled
+    monkeypatch.setattr(loop, "tree_forward", eager)
     steps = list(loop.decode(dec, prompt_ids, length))
     tokens = [t for s in steps for t in s.tokens]
     eos = loaded.eos_token_ids
@@ -304,11 +308,11 @@ def test_lossless_streams_sitting_chain_passes_out_keep_plain_greedy(
     assert tokens[:cut] == plain.token_ids[:cut]
     streams = dec.n_streams if dec.policy.depth > 0 else 0
     history, after_chain = list(prompt_ids), False
-    for (tree, n_streams, hidden, drafts), step in zip(calls, steps, strict=True):
+    for (tree, n_streams, drafts), step in zip(calls, steps, strict=True):
         copied = lookup_draft(history, LookupConfig())
         if copied:
             assert tree == [history[-1], *copied]
-            assert (n_streams, hidden, drafts) == (0, None, False)
+            assert (n_streams, drafts) == (0, False)
         else:
             assert n_streams == streams and drafts == (streams > 0)
             assert len(tree) == 1 or not after_chain
