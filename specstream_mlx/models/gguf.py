@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..errors import SpecstreamError
 from ..folders import staged_folder
-from .gguf_meta import PlainReader
+from .gguf_meta import PlainReader, fields_of
 from .gguf_tokenizer import gguf_tokenizer, gguf_tokens
 
 GGUF_GROUP_SIZE = 32  # llama.cpp block size of Q4_0, Q4_1 and Q8_0
@@ -83,10 +83,7 @@ def _read_dequantized(path: Path) -> tuple[dict[str, mx.array], dict]:
         t.tensor_type.name for t in reader.tensors if t.tensor_type.name not in UNQUANTIZED
     )
     metadata = {SOURCE_QUANT: quantized.most_common(1)[0][0]} if quantized else {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        value = field.contents()
+    for key, value in fields_of(reader).items():
         if isinstance(value, list) and value and not isinstance(value[0], str):
             value = mx.array(value)
         metadata[key] = value

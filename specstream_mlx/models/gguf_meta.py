@@ -33,4 +33,9 @@ def read_metadata(path: str | os.PathLike) -> dict:
         reader = PlainReader(path)
     except Exception as exc:  # gguf raises ValueError and friends on a bad file
         raise SpecstreamError(f"cannot read GGUF file {path}: {exc}") from None
+    return fields_of(reader)
+
+
+def fields_of(reader: gguf.GGUFReader) -> dict:
+    """key -> value (arrays as lists) of an open reader's metadata, less its own (GGUF.*)."""
     return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
