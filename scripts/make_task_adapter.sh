@@ -4,7 +4,12 @@
 # with the same budget (the paper's "Baseline"; written to runs/, not shipped).
 #
 #   scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]
+#   ENGINE=torch LORA_LAYERS=0 OUT=../runs/sql_all scripts/make_task_adapter.sh sql
 #
+# ENGINE=torch trains the shared adapter with the PyTorch path's trainer (convert/torch_train.py,
+# the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed
+# on the dev CPU) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
+# resume). LORA_LAYERS overrides the task's LoRA depth (0: every block); OUT the adapter folder.
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -23,16 +28,26 @@ case "$task" in
     summarize) data=dialogsum/train.jsonl steps=100 max_length=512 lora_layers=0 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
+lora_layers=${LORA_LAYERS:-$lora_layers}
+out=${OUT:-specstream_mlx/adapters/$task}
 common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
     --warmup 10 --seed 0 --overwrite)
-if [ "$which" != "--baseline-only" ]; then
-./dev.sh specstream train --mode shared "${common[@]}" --out "specstream_mlx/adapters/$task" \
+if [ "$which" != "--baseline-only" ] && [ "${ENGINE:-mlx}" = torch ]; then
+    [ -d "${out}_torch" ] || ./dev.sh python -m convert.torch_train --mode shared --task "$task" \
+        --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4 --max-length "$max_length" \
+        --n-msa-layers 8 --gamma 4 --lr 3e-3 --lora-lr 5e-5 --lora-layers "$lora_layers" \
+        --warmup 10 --seed 0 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "${out}_torch"
+    ./dev.sh specstream convert --from "${out}_torch" --to "$out" --overwrite
+elif [ "$which" != "--baseline-only" ]; then
+./dev.sh specstream train --mode shared "${common[@]}" --out "$out" \
     --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --val-every 250 --checkpoint-every 25
+fi
+if [ "$which" != "--baseline-only" ]; then
 # The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
-./dev.sh python - "$task" <<'PY'
+./dev.sh python - "$out" <<'PY'
 import json, sys
-p = f"specstream_mlx/adapters/{sys.argv[1]}/adapter_config.json"
+p = f"{sys.argv[1]}/adapter_config.json"
 c = json.load(open(p))
 c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
