@@ -85,6 +85,7 @@ def run(args) -> int:
         manager = AdapterManager(loaded, max_resident=args.max_resident, keep_fused=args.keep_fused)
         for name, folder in extra.items():
             manager.register(name, folder)
+        measure_device(loaded)
     except BaseException:
         sock.close()
         raise
@@ -107,6 +108,22 @@ def run(args) -> int:
         sock.close()
         app.state.worker.stop()
     return 0
+
+
+def measure_device(loaded) -> None:
+    """This device's latency curve for the model, measured now if none is cached: the first
+    speculative request would wait for it otherwise (minutes on a slow CPU), and its client
+    might give up first."""
+    from specstream_mlx.calibration import latency_curve
+
+    if latency_curve(loaded, measure=False) is None and not sys.stderr.isatty():
+        print(  # on a terminal latency_curve says so itself
+            f"specstream serve: measuring this device once for {loaded.name} before serving "
+            "(`specstream calibrate` does it ahead)",
+            file=sys.stderr,
+            flush=True,
+        )
+    latency_curve(loaded)
 
 
 def allowed_hosts(args) -> frozenset[str]:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import uvicorn
 from openai import OpenAI
+from specstream_apps.serve_cmd import measure_device
 from specstream_apps.server import Limits, create_app
 
 import specstream_mlx as ss
@@ -48,6 +49,7 @@ class Server:
 @pytest.fixture(scope="module")
 def manager():
     manager = AdapterManager(ss.load())  # its own model: the server's adapters stay off others'
+    measure_device(manager.loaded)  # as `specstream serve` does before it listens
     yield manager
     manager.activate(None)
 
@@ -263,29 +265,36 @@ def test_concurrent_requests_mixing_adapters_match_each_alone(client):
         assert result.choices[0].message.content == alone[i % 4], requests[i][0]
 
 
-def test_the_serve_command_serves_and_stops(tmp_path):
+def serve(port: int, *args: str, env: dict | None = None):
+    """`specstream serve` on `port` in a process of its own, with KEY as its API key."""
     import subprocess
     import sys
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port),
-         "--no-keep-fused"],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "SPECSTREAM_API_KEY": KEY},
+    return subprocess.Popen(
+        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port), *args],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})},
     )  # fmt: skip
+
+
+def first_models(proc, port: int) -> httpx.Response:
+    """GET /v1/models as soon as the served process answers."""
+    deadline = time.time() + 180
+    while True:
+        try:
+            return httpx.get(
+                f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+            )
+        except httpx.ConnectError:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.time() < deadline
+            time.sleep(0.5)
+
+
+def test_the_serve_command_serves_and_stops(manager):  # its fixture measured the device
+    port = free_port()
+    proc = serve(port, "--no-keep-fused")
     try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                response = httpx.get(
-                    f"http://127.0.0.1:{port}/v1/models",
-                    headers={"Authorization": f"Bearer {KEY}"},
-                )
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None, proc.stderr.read()
-                assert time.time() < deadline
-                time.sleep(0.5)
+        response = first_models(proc, port)
         assert response.status_code == 200
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401  # the key
         assert [m["id"] for m in response.json()["data"]][1:] == [
@@ -295,6 +304,21 @@ def test_the_serve_command_serves_and_stops(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     assert "on http://127.0.0.1:" in proc.stderr.read()
+
+
+def test_serve_measures_the_device_before_it_listens(tiny_folders, tmp_path):
+    """With no latency curve cached, `serve` measures one before it accepts requests: the first
+    speculative request would wait for it otherwise, and its client might give up first."""
+    port = free_port()
+    cache = tmp_path / "cache"
+    proc = serve(port, "--model", str(tiny_folders["llama"]), env={"SPECSTREAM_CACHE": str(cache)})
+    try:
+        assert first_models(proc, port).status_code == 200
+        assert list((cache / "calibration").glob("*.json"))  # cached before the first answer
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "measuring this device once for" in proc.stderr.read()
 
 
 def test_serve_flags_are_checked_before_loading():
