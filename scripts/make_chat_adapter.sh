@@ -1,25 +1,47 @@
 #!/usr/bin/env bash
-# Re-creates the shipped `chat` adapter (lossless) for the default model, from scratch:
-# 1. the base model's own greedy answers to 640 varied prompts built from ../shared/data
-#    (541 distinct; resumable: rerun after an interruption);
-# 2. lossless stream training on them (resumable from specstream_mlx/adapters/chat.checkpoint/).
-# On the 2-core dev machine: about 40 min for step 1 and about 80 min for step 2 (sharing the
-# cores with another training run).
+# Re-creates the shipped `chat` adapter (lossless) for the default model, from the repository:
+# 1. the base model's own greedy answers to the instruction prompts of
+#    ../shared/data/instructions, kept in corpus/ (docs/CORPUS.md), unpacked; the first 10,000
+#    usable ones (not degenerate) are the training rows;
+# 2. lossless stream training with the PyTorch path's trainer (convert/torch_train.py, the MLX
+#    trainer's recipe and optimizer steps, about 3x its speed on the dev CPU): 12 MSA layers,
+#    2,000 steps of batch 4, lr 3e-3, segment 32 (scripts/stream_ablation.sh's msa12long row);
+#    about 95 min on the 2-core dev machine with nothing else running; resumable (rerun after an
+#    interruption: the checkpoint sits beside runs/chat_torch/); DEVICE=cuda on a GPU;
+# 3. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
+#    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
+#    curve) and its acceptance statistics on the chat suite's items 40-51.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-mkdir -p runs
-./dev.sh specstream distill --chat-prompts 640 --seed 0 --data-dir "$DATA_DIR" \
-    --max-tokens 160 --batch-size 32 --out runs/chat_distill.jsonl
-./dev.sh specstream train --data runs/chat_distill.jsonl --out specstream_mlx/adapters/chat \
-    --gamma 4 --msa-layers 8 --tree-top-k 3 --rank 8 --steps 600 --batch-size 4 --lr 3e-3 \
-    --segment 32 --warmup 20 --max-length 512 --val-every 100 --checkpoint-every 25 --seed 0 \
-    --overwrite
-# The shipped default tree (fastest measured on dev-cpu, docs/BENCHMARKS.md): k=1, 2 nodes.
-./dev.sh python - <<'PY'
-import json
-p = "specstream_mlx/adapters/chat/adapter_config.json"
+RUN=${RUN_DIR:-runs}
+OUT=specstream_mlx/adapters/chat
+mkdir -p "$RUN"
+./dev.sh python scripts/corpus.py unpack --split train --rows "$RUN/instructions_train.jsonl" \
+    --data-dir "$DATA_DIR"
+./dev.sh python - "$RUN" <<'PY'
+import json, os, sys
+run = sys.argv[1]
+rows = [r for r in map(json.loads, open(f"{run}/instructions_train.jsonl"))
+        if not r.get("degenerate")][:10000]
+with open(f"{run}/chat_train.jsonl.tmp", "w") as f:
+    f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+os.replace(f"{run}/chat_train.jsonl.tmp", f"{run}/chat_train.jsonl")
+PY
+[ -d "$RUN/chat_torch" ] ||
+    ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_train.jsonl" \
+        --out "$RUN/chat_torch" --gamma 4 --n-msa-layers 12 --steps 2000 --batch-size 4 \
+        --lr 3e-3 --segment 32 --warmup 20 --max-length 512 --checkpoint-every 25 --seed 0 \
+        --device "${DEVICE:-cpu}"
+./dev.sh specstream convert --from "$RUN/chat_torch" --to "$OUT.tmp" --overwrite
+[ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
+./dev.sh python - "$OUT.tmp" <<'PY'
+import json, sys
+p = f"{sys.argv[1]}/adapter_config.json"
 c = json.load(open(p))
 c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
+rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+./dev.sh specstream calibrate --adapter chat --measure-acceptance --data "$DATA_DIR" --limit 12 \
+    --max-tokens 96
