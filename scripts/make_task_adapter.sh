@@ -18,12 +18,11 @@ DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 task=${1:?usage: scripts/make_task_adapter.sh sql|data2text|summarize [--baseline | --baseline-only]}
 which=${2:-}
 case "$task" in
-    # steps x batch sized so one run takes about an hour on the 2-core dev machine. sql and
-    # data2text: 3,000 examples with LoRA in the top 8 blocks only (the MSA layers; the blocks
-    # below are computed once per sequence and cached): 3,777 s and 4,985 s (the latter sharing
-    # the cores; docs/BENCHMARKS.md, issue 20). summarize: the older recipe (LoRA in every
-    # block, 400 examples).
-    # sql: the same 3,000 examples with LoRA in every block (shipped: ENGINE=torch, ~50 min).
+    # steps x batch sized so one run takes about an hour on the 2-core dev machine. sql: 3,000
+    # examples with LoRA in every block (shipped with ENGINE=torch: ~50 min alone). data2text:
+    # 3,000 examples with LoRA in the top 8 blocks only (the MSA layers; the blocks below are
+    # computed once per sequence and cached): 4,985 s sharing the cores (docs/BENCHMARKS.md,
+    # issue 20). summarize: the older recipe (LoRA in every block, 400 examples).
     sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=8 ;;
     summarize) data=dialogsum/train.jsonl steps=100 max_length=512 lora_layers=0 ;;

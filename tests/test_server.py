@@ -270,9 +270,10 @@ def serve(port: int, *args: str, env: dict | None = None):
     import subprocess
     import sys
 
+    env = {**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port), *args],
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})},
+        stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
 
