@@ -363,17 +363,17 @@ def test_default_model_tokenizer_is_the_mlx_runtimes(default_pair):
         assert base.encode_chat(text) == encode_prompt(loaded, text), text
 
 
-@pytest.mark.parametrize("adapter", ["chat", "sql"])  # lossless; shared, LoRA in the top 8 blocks
+@pytest.mark.parametrize("adapter", ["chat", "sql"])  # lossless; shared, LoRA in every block
 def test_default_model_with_shipped_adapter_agrees(default_pair, adapter):
     loaded, base = default_pair
     params = load_adapter(adapter, loaded)
     streams = load_torch_adapter(SHIPPED_DIR / adapter, base)
     try:
-        # PEFT wraps only the blocks whose LoRA does anything (sql trained the top 8)
+        # PEFT wraps only the blocks whose LoRA does anything (sql trained every block)
         wrapped = {int(n.split(".layers.")[1].split(".")[0]) for n, _ in base.model.named_modules()
                    if n.endswith(".lora_A")}  # fmt: skip
         n = base.config["num_hidden_layers"]
-        assert wrapped == (set(range(n - 8, n)) if adapter == "sql" else set())
+        assert wrapped == (set(range(n)) if adapter == "sql" else set())
         prompt = encode_prompt(
             loaded,
             "Summarize in two sentences: The Eiffel Tower is a wrought-iron lattice tower on "
