@@ -9,7 +9,8 @@
 # ENGINE=torch trains the shared adapter with the PyTorch path's trainer (convert/torch_train.py,
 # the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed
 # on the dev CPU) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
-# resume). LORA_LAYERS overrides the task's LoRA depth (0: every block); OUT the adapter folder.
+# resume). LORA_LAYERS overrides the task's LoRA depth (0: every block), STEPS its optimizer
+# steps (of batch 4), OUT the adapter folder.
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -22,13 +23,15 @@ case "$task" in
     # examples with LoRA in every block (shipped with ENGINE=torch: ~50 min alone). data2text:
     # 3,000 examples with LoRA in the top 8 blocks only (the MSA layers; the blocks below are
     # computed once per sequence and cached): 4,985 s sharing the cores (docs/BENCHMARKS.md,
-    # issue 20). summarize: the older recipe (LoRA in every block, 400 examples).
+    # issue 20). summarize: 3,000 examples with LoRA in every block (shipped with ENGINE=torch:
+    # 72 min alone).
     sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=8 ;;
-    summarize) data=dialogsum/train.jsonl steps=100 max_length=512 lora_layers=0 ;;
+    summarize) data=dialogsum/train.jsonl steps=750 max_length=512 lora_layers=0 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
+steps=${STEPS:-$steps}
 out=${OUT:-specstream_mlx/adapters/$task}
 common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
