@@ -20,13 +20,10 @@ task=${1:?usage: scripts/make_task_adapter.sh sql|data2text|summarize [--baselin
 which=${2:-}
 case "$task" in
     # steps x batch sized so one run takes about an hour on the 2-core dev machine. sql: 3,000
-    # examples with LoRA in every block (shipped with ENGINE=torch: ~50 min alone). data2text:
-    # 3,000 examples with LoRA in the top 8 blocks only (the MSA layers; the blocks below are
-    # computed once per sequence and cached): 4,985 s sharing the cores (docs/BENCHMARKS.md,
-    # issue 20). summarize: 3,000 examples with LoRA in every block (shipped with ENGINE=torch:
-    # 72 min alone).
+    # examples with LoRA in every block (shipped with ENGINE=torch: ~50 min alone); data2text
+    # (28 min) and summarize (72 min) the same way (docs/BENCHMARKS.md, issue 20).
     sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 ;;
-    data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=8 ;;
+    data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 ;;
     summarize) data=dialogsum/train.jsonl steps=750 max_length=512 lora_layers=0 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
