@@ -348,7 +348,9 @@ def train(
     order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(
+            checkpoint, map_location="cpu", weights_only=False
+        )  # a GPU run resumes anywhere
         if state["config"] != _run_identity(streams, cfg, examples):
             raise SpecstreamError(
                 f"checkpoint {checkpoint} is of another run (config or data differ): "
