@@ -59,6 +59,8 @@ def run(args) -> int:
         fingerprint, expected = _expected(loaded, cfg)
         af.check_against(mlx_side, fingerprint, expected, origin)
         checked = f"checked against {loaded.name}"
+        if "base_model" in out.config:  # the base it fits, not the trainer's path to its file
+            out.config["base_model"]["name"] = loaded.name
     check = None
     if loaded is not None and out.kind == "mlx":
         from specstream_mlx.streams.adapter_io import read_adapter

@@ -516,6 +516,23 @@ def run_convert(source, target, *extra):
     return cli(["convert", "--from", str(source), "--to", str(target), *extra])
 
 
+def test_convert_names_the_base_it_checked(trained, pairs, tmp_path):
+    """An adapter trained on a GPU machine records the trainer's path to the model's file
+    (runs/cuda/model.gguf there); the converted folder names the base it was checked against,
+    so a later `convert` of it finds that base without --model."""
+    folder, _ = trained["lossless"]
+    loaded, _ = pairs["llama"]
+    moved = tmp_path / "moved"
+    shutil.copytree(folder, moved)
+    config = json.loads((moved / af.TORCH_CONFIG).read_text())
+    config["base_model"]["name"] = "runs/cuda/model.gguf"  # not here
+    (moved / af.TORCH_CONFIG).write_text(json.dumps(config))
+    assert run_convert(moved, tmp_path / "mlx", "--model", str(loaded.path)) == 0
+    written = json.loads((tmp_path / "mlx" / af.MLX_CONFIG).read_text())
+    assert written["base_model"]["name"] == loaded.name
+    assert run_convert(tmp_path / "mlx", tmp_path / "back") == 0  # checked, no --model
+
+
 def test_convert_refuses_another_base(trained, tiny_folders, tmp_path, capsys):
     folder, _ = trained["lossless"]
     assert run_convert(folder, tmp_path / "x", "--model", str(tiny_folders["qwen2"])) == 2
