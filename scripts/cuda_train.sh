@@ -30,7 +30,7 @@
 # or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 =
 # 3,000 examples, max length as on the CPU: sql 320, data2text 256, summarize 512, or
 # MAX_LENGTH), or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction
-# answers of corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=2000 x 4: five times the CPU
+# answers of corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=4000 x 4: ten times the CPU
 # rows' 400); for Qwen (sql, chat) the recipe of its shipped adapters
 # (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, 8 MSA layers, lr 1e-3, segment
 # 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
@@ -145,7 +145,7 @@ run)
         # limit resumes when `run` is called again while the machine is warm. Each finished
         # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
         steps=${STEPS:-750}
-        [ "$task" != chat ] || steps=${CHAT_STEPS:-2000}
+        [ "$task" != chat ] || steps=${CHAT_STEPS:-4000}
         [ -f "runs/cuda/train/${task}_torch/streams.safetensors" ] ||
             train "$task" runs/cuda/train "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
                 ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"
