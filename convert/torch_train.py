@@ -432,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=["lossless", "shared"], default="lossless")
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--n-msa-layers", type=int, default=4)
+    p.add_argument("--rank", type=int, default=8, help="stream adapter rank (MLX train's --rank)")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-4)
@@ -478,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         config = StreamConfig(
             gamma=args.gamma,
             n_msa_layers=args.n_msa_layers,
+            stream_adapter_rank=args.rank,
             mode=args.mode,
             lora_blocks=_top_blocks(args, base.config["num_hidden_layers"]),
         )

@@ -30,8 +30,8 @@
 # or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 =
 # 3,000 examples, max length as on the CPU: sql 320, data2text 256, summarize 512, or
 # MAX_LENGTH), or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction
-# answers of corpus/ (lr 3e-3, segment 32, warmup 20, CHAT_STEPS=4000 x 4: ten times the CPU
-# rows' 400); for Qwen (sql, chat) the recipe of its shipped adapters
+# answers of corpus/ (lr 3e-3, segment 32, warmup 20, stream rank RANK=8, CHAT_STEPS=4000 x 4:
+# ten times the CPU rows' 400); for Qwen (sql, chat) the recipe of its shipped adapters
 # (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, 8 MSA layers, lr 1e-3, segment
 # 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
 # $OUT/TASK_torch.tar (a call returns at most 8 files), its log to $OUT/TASK_train.log; a task
@@ -78,7 +78,7 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     local recipe=(--task "$task" --mode shared --n-msa-layers 8 --lr 3e-3 --lora-lr 5e-5
         --lora-layers "${LORA_LAYERS:-0}")
     [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-12}" --lr 3e-3
-        --segment 32 --warmup 20)
+        --segment 32 --warmup 20 --rank "${RANK:-8}")
     local length=${MAX_LENGTH:-$(max_length "$task")}
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
         recipe=(--mode lossless --targets self --n-msa-layers 8 --lr 1e-3 --segment 64 --warmup 10)

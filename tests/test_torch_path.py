@@ -772,6 +772,13 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     low = [*argv[:7], str(tmp_path / "low"), *argv[8:], "--lora-layers", "1"]
     assert torch_train.main(low) == 2  # below the MSA layers
     assert "--lora-layers must be in [2, 4]" in capsys.readouterr().err
+    ranked = [*argv[:7], str(tmp_path / "r4"), *argv[8:], "--rank", "4"]
+    assert torch_train.main(ranked) == 0  # stream adapters of rank 4, as MLX's train --rank
+    config = json.loads((tmp_path / "r4" / "stream_config.json").read_text())["stream_config"]
+    assert config["stream_adapter_rank"] == 4
+    assert run_convert(tmp_path / "r4", tmp_path / "r4mlx", "--model", str(loaded.path)) == 0
+    shapes = json.loads((tmp_path / "r4mlx" / "adapter_config.json").read_text())["shapes"]
+    assert shapes["adapters.0.a"][1] == 4
 
 
 def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
