@@ -4,7 +4,7 @@
 # decoding and mlx-lm. The machine has torch and CUDA 13's libraries but no MLX and no network,
 # and takes 64 MiB a call, the 37 MB working tree included. So `prepare` packs the MLX CUDA
 # wheels (mlx, mlx-cuda-13: ~91 MB), mlx-lm, gguf, the default GGUF (98 MB) and the bench inputs
-# into one archive cut into 26 MB parts, runs/mlxcuda1..N (about 8; printed), and each device call
+# into one archive cut into 26 MB parts, runs/mlxcuda1..N (8; printed), and each device call
 # carries one part within the machine's 30 s keep-warm window (ignored paths a call carried stay
 # there for the next):
 #
