@@ -147,9 +147,32 @@ def expected_lora(
 
 
 def remove_lora(base: TorchBase) -> None:
-    """Take PEFT's LoRA layers off (unmerged): the base as loaded."""
+    """Take PEFT's LoRA layers off: the base as loaded (a merged LoRA's weights restored
+    exactly, not subtracted again)."""
     if hasattr(base.model, "peft_config"):
+        for name, layer in _lora_layers(base.model):
+            if base.unmerged is not None and name in base.unmerged:
+                layer.get_base_layer().weight.data.copy_(base.unmerged[name])
+                layer.merged_adapters.clear()
+        base.unmerged = None
         base.model = base.model.unload()
+
+
+def _lora_layers(model) -> list:
+    from peft.tuners.lora import LoraLayer
+
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, LoraLayer)]
+
+
+def _merge_lora(base: TorchBase) -> None:
+    """Fold the LoRA into the weights it wraps, for decoding, as the MLX runtime does: PEFT's
+    unmerged LoRA adds two small kernels per projection, which made a pass twice as dear on a
+    GPU with LoRA in every block (docs/BENCHMARKS.md, "The fifth lease"). The weights as loaded
+    are kept for remove_lora."""
+    base.unmerged = {
+        n: layer.get_base_layer().weight.detach().clone() for n, layer in _lora_layers(base.model)
+    }
+    base.model.merge_adapter()
 
 
 def _put_lora(base: TorchBase, src: Folder) -> None:
@@ -172,6 +195,7 @@ def _put_lora(base: TorchBase, src: Folder) -> None:
         except (ValueError, KeyError, RuntimeError) as exc:
             raise SpecstreamError(f"cannot load the adapter's LoRA: {exc}") from None
     base.model.eval()
+    _merge_lora(base)
 
 
 def _block(name: str) -> int:

@@ -41,6 +41,9 @@ class TorchBase:
     # that, and transformers' config object fills in defaults it may lack
     raw_config: dict | None = None
     _fingerprint: dict | None = field(default=None, repr=False)
+    # the weights, as loaded, of the projections a decoding adapter's LoRA is merged into
+    # (torch_adapter._put_lora): remove_lora puts them back exactly
+    unmerged: dict | None = field(default=None, repr=False)
 
     @property
     def device(self) -> torch.device:

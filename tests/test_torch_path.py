@@ -491,6 +491,33 @@ def test_torch_trained_adapter_converts_and_decodes_identically_in_mlx(
             assert np.array_equal(mine[key], theirs[key]), key
 
 
+def test_shared_lora_is_merged_for_decoding_and_removed_exactly(trained, pairs):
+    """A shared adapter's LoRA is folded into the weights for decoding (as the MLX runtime
+    fuses it): the logits of PEFT's unmerged LoRA, without its two extra kernels per
+    projection; taking it off gives back the weights as loaded, bit for bit."""
+    from peft import PeftModel
+
+    from convert.torch_adapter import _lora_layers
+    from convert.torch_adapter import remove_lora as remove_torch_lora
+
+    folder, _ = trained["shared"]
+    loaded, _ = pairs["llama"]
+    base = load_base(str(loaded.path))
+    as_loaded = {k: v.clone() for k, v in base.model.state_dict().items()}
+    ids = torch.tensor([[5, 9, 5, 9, 5, 7, 11, 3]])
+    load_torch_adapter(folder, base)
+    layers = _lora_layers(base.model)
+    assert layers and all(layer.merged for _, layer in layers)
+    unmerged = PeftModel.from_pretrained(load_base(str(loaded.path)).model, str(folder))
+    with torch.inference_mode():
+        merged_logits, theirs = base.model(ids).logits, unmerged(ids).logits
+    assert (merged_logits - theirs).abs().max() < TOL
+    remove_torch_lora(base)
+    after = base.model.state_dict()
+    assert set(after) == set(as_loaded)
+    assert all(torch.equal(after[k], as_loaded[k]) for k in as_loaded)
+
+
 def test_float16_and_bfloat16_tensors(trained, tmp_path):
     folder, _ = trained["lossless"]
     half = tmp_path / "half"
