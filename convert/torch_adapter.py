@@ -150,9 +150,10 @@ def remove_lora(base: TorchBase) -> None:
     """Take PEFT's LoRA layers off: the base as loaded (a merged LoRA's weights restored
     exactly, not subtracted again)."""
     if hasattr(base.model, "peft_config"):
+        unmerged = base.unmerged or {}
         for name, layer in _lora_layers(base.model):
-            if base.unmerged is not None and name in base.unmerged:
-                layer.get_base_layer().weight.data.copy_(base.unmerged[name])
+            if name in unmerged:
+                layer.get_base_layer().weight.data.copy_(unmerged[name])
                 layer.merged_adapters.clear()
         base.unmerged = None
         base.model = base.model.unload()

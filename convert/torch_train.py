@@ -348,9 +348,8 @@ def train(
     order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(
-            checkpoint, map_location="cpu", weights_only=False
-        )  # a GPU run resumes anywhere
+        # onto the CPU first (load_state_dict moves it): a run cut on a GPU resumes anywhere
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
         if state["config"] != _run_identity(streams, cfg, examples):
             raise SpecstreamError(
                 f"checkpoint {checkpoint} is of another run (config or data differ): "
