@@ -21,6 +21,13 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     p.add_argument(
+        "--lora-dtype",
+        choices=["float32", "float16"],
+        default=None,
+        help="store a shared adapter's LoRA tensors in this dtype (default: as they are); "
+        "float16 halves a writing tool's file",
+    )
+    p.add_argument(
         "--no-check",
         action="store_true",
         help="convert without loading the base model (names and shapes are not checked)",
@@ -52,6 +59,8 @@ def run(args) -> int:
     else:
         out, origin = af.mlx_to_torch(src)
         mlx_side, origin = src, {}
+    if args.lora_dtype is not None:
+        out = af.lora_as(out, args.lora_dtype)
     checked = "not checked (--no-check)"
     loaded = None
     if not args.no_check:

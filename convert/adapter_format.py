@@ -18,8 +18,9 @@ with `adapters.{i}.a` (d, r) = down.weight^T, `adapters.{i}.b` (r, d) = up.weigh
 lora_A^T, `lora_b` (r, out) = lora_B^T. LoRA scale: MLX multiplies by `lora_scale`, PEFT by
 lora_alpha / r (alpha / sqrt(r) with use_rslora), so alpha = scale * r.
 
-Every tensor keeps its dtype (float16 stays float16); bfloat16, which numpy cannot hold, is
-widened to float32 exactly. float32 and float16 folders round-trip bit for bit.
+Every tensor keeps its dtype (float16 stays float16) unless `lora_as` stores the LoRA as float16
+(`specstream convert --lora-dtype float16`); bfloat16, which numpy cannot hold, is widened to
+float32 exactly. float32 and float16 folders round-trip bit for bit.
 """
 
 from __future__ import annotations
@@ -218,6 +219,27 @@ def mlx_to_torch(src: Folder) -> tuple[Folder, dict[str, str]]:
         targets = sorted({_short(_MLX_LORA.match(n)[2]) for n in src.tensors if _MLX_LORA.match(n)})
         peft = peft_config(cfg, targets, src.config.get("base_model", {}).get("name"))
     return Folder("torch", config, streams, lora, peft), origin
+
+
+def lora_as(folder: Folder, dtype: str) -> Folder:
+    """The folder with its LoRA tensors stored as `dtype` ("float16" or "float32"; the streams
+    keep theirs). float16 halves a shared adapter with LoRA in every block; both runtimes widen
+    it to float32 on loading, so the weights decoded with are the float16 values exactly.
+    Refused where a value exceeds float16's range."""
+    if folder.kind == "torch":
+        names, store = set(folder.lora), folder.lora
+    else:
+        names, store = {n for n in folder.tensors if _MLX_LORA.match(n)}, folder.tensors
+    limit = np.finfo(np.dtype(dtype)).max
+    big = [n for n in sorted(names) if np.abs(store[n]).max(initial=0.0) > limit]
+    if big:
+        raise SpecstreamError(
+            f"LoRA values beyond {dtype}'s range in {', '.join(_cut(big, 5))}: keep float32"
+        )
+    cast = {n: (v.astype(dtype) if n in names else v) for n, v in store.items()}
+    if folder.kind == "torch":
+        return Folder("torch", folder.config, folder.tensors, cast, folder.peft_config)
+    return Folder("mlx", folder.config, cast)
 
 
 def peft_config(cfg: StreamConfig, targets: list[str], base_name: str | None) -> dict:

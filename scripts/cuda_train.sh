@@ -2,8 +2,8 @@
 # Train adapters with the PyTorch path on a lent GPU machine (the device tool) and bring them
 # back for MLX: the workflow the project promises (issue 20, item 6; issue 19, item 3 for
 # Qwen). The machine has torch, transformers and peft but no network, and takes 64 MiB a call
-# with the ~37 MB working tree, so the model's GGUF travels in the parts of
-# scripts/cuda_validate.sh (the default model: 4, MODEL=qwen2.5-coder-0.5b-instruct: 20) and the
+# with the ~23 MB working tree, so the model's GGUF travels in the parts of
+# scripts/cuda_validate.sh (the default model: 3, MODEL=qwen2.5-coder-0.5b-instruct: 14) and the
 # tasks' train splits, gzipped, in runs/cudadata, one call each:
 #
 #   here:         [MODEL=NAME] scripts/cuda_train.sh prepare    # runs/cuda1..N, runs/cudadata
@@ -170,7 +170,7 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
         task=$(basename "$tarball" _torch.tar)
         tar -C "$to" -xf "$tarball"
         ./dev.sh specstream convert --from "$to/${task}_torch" --to "$to/$task" --overwrite \
-            --model "${MODEL:-$(cat runs/cuda1/model.txt)}"
+            --lora-dtype float16 --model "${MODEL:-$(cat runs/cuda1/model.txt)}"
     done
     ;;
 *)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The PyTorch path's CUDA validation on a lent GPU machine (the device tool), which has torch,
 # transformers and peft but no MLX, no network, and takes at most 64 MiB per call, the working
-# tree included (37 MB since the writing tools ship float32 every-block LoRA). A model's GGUF
-# therefore travels in parts of PART_BYTES (25 MB;
-# the default model: 4 parts, MODEL=qwen2.5-coder-0.5b-instruct: 20), one per call, the calls
+# tree included (23 MB: the writing tools' every-block LoRA is stored as float16; 37 MB while it
+# was float32, when the parts were 25 MB). A model's GGUF therefore travels in parts of
+# PART_BYTES (36 MB; the default model: 3 parts, MODEL=qwen2.5-coder-0.5b-instruct: 14), one per call, the calls
 # made within the machine's 30 s keep-warm window (ignored paths a call carries stay there for
 # the next):
 #
@@ -21,7 +21,7 @@
 # `scripts/cuda_validate.sh rehearse` (CPU, MLX hidden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PART_BYTES=${PART_BYTES:-25000000}
+PART_BYTES=${PART_BYTES:-36000000}
 
 join_model() {  # runs/cuda/model.gguf from the carried parts, checked; the gguf reader installed
     mkdir -p runs/cuda

@@ -9,8 +9,10 @@
 # ENGINE=torch trains the shared adapter with the PyTorch path's trainer (convert/torch_train.py,
 # the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed
 # on the dev CPU) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
-# resume). LORA_LAYERS overrides the task's LoRA depth (0: every block), STEPS its optimizer
-# steps (of batch 4), OUT the adapter folder.
+# resume); its LoRA is stored as float16 (`convert --lora-dtype float16`: half the file, the
+# same greedy output on 48 dev prompts of each shipped tool: docs/BENCHMARKS.md). LORA_LAYERS
+# overrides the task's LoRA depth (0: every block), STEPS its optimizer steps (of batch 4), OUT
+# the adapter folder (its README.md is kept).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -30,6 +32,8 @@ esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
 steps=${STEPS:-$steps}
 out=${OUT:-specstream_mlx/adapters/$task}
+readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the retraining
+if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi
 common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
     --warmup 10 --seed 0 --overwrite)
@@ -38,7 +42,7 @@ if [ "$which" != "--baseline-only" ] && [ "${ENGINE:-mlx}" = torch ]; then
         --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4 --max-length "$max_length" \
         --n-msa-layers 8 --gamma 4 --lr 3e-3 --lora-lr 5e-5 --lora-layers "$lora_layers" \
         --warmup 10 --seed 0 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "${out}_torch"
-    ./dev.sh specstream convert --from "${out}_torch" --to "$out" --overwrite
+    ./dev.sh specstream convert --from "${out}_torch" --to "$out" --overwrite --lora-dtype float16
 elif [ "$which" != "--baseline-only" ]; then
 ./dev.sh specstream train --mode shared "${common[@]}" --out "$out" \
     --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --val-every 250 --checkpoint-every 25
@@ -52,7 +56,9 @@ c = json.load(open(p))
 c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
+if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi
 fi
+rm -f "$readme"
 if [ -n "$which" ]; then
     mkdir -p runs
     ./dev.sh specstream train --mode next-token "${common[@]}" --out "runs/${task}_next_token" \

@@ -2,7 +2,7 @@
 # This runtime (MLX, its own CUDA backend) on a lent GPU machine (the device tool), where a pass
 # of a few rows costs about what one row does: the latency curve and the decoders against plain
 # decoding and mlx-lm. The machine has torch and CUDA 13's libraries but no MLX and no network,
-# and takes 64 MiB a call, the 37 MB working tree included. So `prepare` packs the MLX CUDA
+# and takes 64 MiB a call, the 23 MB working tree included. So `prepare` packs the MLX CUDA
 # wheels (mlx, mlx-cuda-13: ~91 MB), mlx-lm, gguf, the default GGUF (98 MB) and the bench inputs
 # into one archive cut into 26 MB parts, runs/mlxcuda1..N (8; printed), and each device call
 # carries one part within the machine's 30 s keep-warm window (ignored paths a call carried stay

@@ -539,6 +539,39 @@ def test_float16_and_bfloat16_tensors(trained, tmp_path):
         assert np.array_equal(widened[key], value.float().numpy())
 
 
+def test_convert_stores_lora_as_float16(trained, pairs, tmp_path, capsys):
+    """`--lora-dtype float16` stores a shared adapter's LoRA at half the bytes, the streams as
+    they were; both runtimes widen it on loading and decode the same tokens from it."""
+    folder, data = trained["shared"]
+    loaded, _ = pairs["llama"]
+    full, half = tmp_path / "full", tmp_path / "half"
+    model = ["--model", str(loaded.path)]
+    assert run_convert(folder, full, *model) == 0
+    assert run_convert(folder, half, *model, "--lora-dtype", "float16") == 0
+    a, b = af.read_folder(full).tensors, af.read_folder(half).tensors
+    lora = {k for k in a if k.startswith(af.MLX_LORA_PREFIX)}
+    assert lora and set(a) == set(b)
+    for key in a:
+        want = a[key].astype(np.float16) if key in lora else a[key]
+        assert b[key].dtype == want.dtype and np.array_equal(b[key], want), key
+    lora_bytes = sum(a[k].nbytes for k in lora)
+    size = (half / af.MLX_WEIGHTS).stat().st_size
+    assert size < (full / af.MLX_WEIGHTS).stat().st_size - lora_bytes // 2 + 4096
+    params = load_adapter(half, loaded)
+    base = load_base(str(loaded.path))
+    streams = load_torch_adapter(half, base)  # the PyTorch path reads the MLX folder too
+    try:
+        prompt = data.examples[0].ids[: data.examples[0].loss_mask.index(True)]
+        m, t = decode_both(loaded, params, base, streams, prompt, 24)
+        assert [s.tokens for s in m] == [s.tokens for s in t]
+    finally:
+        remove_lora(loaded.model)
+    too_big = af.read_folder(full)
+    too_big.tensors[sorted(lora)[0]] = too_big.tensors[sorted(lora)[0]] * 0 + 1e6
+    with pytest.raises(ss.SpecstreamError, match="beyond float16's range"):
+        af.lora_as(too_big, "float16")
+
+
 def run_convert(source, target, *extra):
     return cli(["convert", "--from", str(source), "--to", str(target), *extra])
 
