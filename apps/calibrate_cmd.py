@@ -59,6 +59,11 @@ def run(args) -> int:
     if args.skip < 0:
         raise ss.SpecstreamError(f"--skip must be >= 0, got {args.skip}")
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
+    folder = prompts = None
+    if args.adapter and args.measure_acceptance:  # bad arguments fail before a minute of timing
+        folder = resolve_adapter(args.adapter, loaded)
+        output_file(str(folder / "acceptance.json"), "--measure-acceptance")
+        prompts = _prompts(args, folder.name)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     curve = calibration.read_curve(loaded)
     cached = curve is not None and curve.steady and not args.force  # provisional: measured again
@@ -85,9 +90,6 @@ def run(args) -> int:
         if params is None:
             raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
         if args.measure_acceptance:
-            folder = resolve_adapter(args.adapter, loaded)
-            output_file(str(folder / "acceptance.json"), "--measure-acceptance")  # before it
-            prompts = _prompts(args, folder.name)
             bar = Progress("prompt", "acceptance", args.json)
             params.acceptance = calibration.measure_acceptance(
                 loaded,

@@ -559,6 +559,24 @@ def test_calibrate_shows_progress_to_a_person(tmp_path, capsys, data, monkeypatc
     assert "stage" not in capsys.readouterr().err
 
 
+def test_calibrate_checks_acceptance_arguments_before_timing(tmp_path, capsys):
+    """A folder adapter names no suite: --measure-acceptance without --suite fails at once, not
+    after measuring the latency curve (a minute or more on a real model)."""
+    from specstream_apps.cli import main
+
+    from specstream_mlx.streams.adapter_io import save_adapter
+
+    from .tiny import save_tiny_model
+
+    model = str(save_tiny_model(tmp_path / "m", "llama"))
+    folder = tmp_path / "adapter"
+    save_adapter(folder, streams_for(ss.load(model), 1, gamma=2, n_msa_layers=2), ss.load(model))
+    args = ["calibrate", "--model", model, "--adapter", str(folder), "--force"]
+    assert main([*args, "--measure-acceptance", "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs --suite" in err and "measuring the latency curve" not in err
+
+
 def test_calibrate_refuses_acceptance_without_adapter(tiny_folders, capsys):
     from specstream_apps.cli import main
 
