@@ -60,6 +60,8 @@ def run(args) -> int:
         raise ss.SpecstreamError(f"--skip must be >= 0, got {args.skip}")
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
     folder = prompts = None
+    if args.adapter and loaded.streams is None:  # before timing anything, as the checks below
+        raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
     if args.adapter and args.measure_acceptance:  # bad arguments fail before a minute of timing
         folder = resolve_adapter(args.adapter, loaded)
         output_file(str(folder / "acceptance.json"), "--measure-acceptance")
@@ -87,8 +89,6 @@ def run(args) -> int:
     out["provenance"] = provenance()  # the commit and versions of this run, the machine
     if args.adapter:
         params = loaded.streams
-        if params is None:
-            raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
         if args.measure_acceptance:
             bar = Progress("prompt", "acceptance", args.json)
             params.acceptance = calibration.measure_acceptance(
@@ -139,13 +139,25 @@ def run(args) -> int:
         print(describe_rates(out["acceptance"]))
     tree = out.get("tree")
     if tree:
-        print(
-            f"{args.adapter}: tree of {tree['nodes']} nodes, depth {tree['depth']}, paths "
-            f"{tree['paths']}: {tree['expected_tokens_per_pass']} tokens per pass expected, "
-            f"{tree['predicted_pass_ms']} ms per pass, predicted {tree['predicted_speedup']}x "
-            "plain decoding"
-        )
+        print(describe_tree(args.adapter, tree, curve.drift))
     return 0
+
+
+def describe_tree(adapter: str, tree: dict, drift: float) -> str:
+    """The calibrated tree in a sentence, or why none was chosen."""
+    bar = f"a tree must promise {tree['required_speedup']}x"
+    if drift + 1 >= tree["required_speedup"] - 1e-9 and drift > 0:
+        bar += f": the curve's timings moved {drift:.0%} while it was measured"
+    if not tree["paths"]:
+        best = max((c for c in tree["candidates"] if c[0] > 1), key=lambda c: c[2], default=None)
+        why = f"the best, {best[0]} nodes, is predicted at {best[2]}x" if best else "none drafts"
+        return f"{adapter}: no tree pays here ({why}; {bar}): `ss` decodes plainly"
+    return (
+        f"{adapter}: tree of {tree['nodes']} nodes, depth {tree['depth']}, paths "
+        f"{tree['paths']}: {tree['expected_tokens_per_pass']} tokens per pass expected, "
+        f"{tree['predicted_pass_ms']} ms per pass, predicted {tree['predicted_speedup']}x "
+        f"plain decoding ({bar})"
+    )
 
 
 def _write(path, data: dict) -> None:

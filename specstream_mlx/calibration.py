@@ -28,7 +28,7 @@ import numpy as np
 from .backend import device_name, preload_blas
 from .decoding.loop import Decoder, decode, make_cache
 from .decoding.passes import Passes, compilable
-from .decoding.plan import Acceptance, TreePlan, choose_tree
+from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_tree
 from .decoding.policy import TreePolicy
 from .decoding.tree import Tree
 from .decoding.tree_step import ONE_HEAD_PASS_ROWS
@@ -503,7 +503,15 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
     if shared:  # the main stream attends to the streams, and they to the guess
         plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
         plain += curve.head(1) if cfg.next_token_guess else 0.0
-    return choose_tree(acceptance, pass_ms, plain)
+    return choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
+
+
+def required_gain(curve: LatencyCurve) -> float:
+    """The speed over plain decoding a tree must promise before it is chosen: MIN_GAIN, or more
+    when the curve's own one-row pass moved more than that while it was measured. A prediction is
+    no better than the timings behind it: a curve that drifted 20% picked a tree predicted at
+    1.04x that ran at 0.89x plain decoding (dialogsum, 2026-11-27)."""
+    return max(MIN_GAIN, 1.0 + curve.drift)
 
 
 def tuned(loaded: LoadedModel, params: StreamParams) -> TreePlan | None:

@@ -577,6 +577,20 @@ def test_calibrate_checks_acceptance_arguments_before_timing(tmp_path, capsys):
     assert "needs --suite" in err and "measuring the latency curve" not in err
 
 
+def test_calibrate_refuses_an_adapter_without_streams_before_timing(tiny_folders, tmp_path, capsys):
+    """A next-token LoRA folder has no streams to plan a tree for: said at once, before the
+    latency curve is measured."""
+    from specstream_apps.cli import main
+
+    from .test_bench import lora_folder
+
+    folder = lora_folder(tiny_folders, tmp_path)
+    model = str(tiny_folders["llama"])
+    assert main(["calibrate", "--model", model, "--adapter", str(folder), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "has no speculative streams" in err and "measuring the latency curve" not in err
+
+
 def test_calibrate_refuses_acceptance_without_adapter(tiny_folders, capsys):
     from specstream_apps.cli import main
 
@@ -640,6 +654,33 @@ def test_the_plain_step_never_exceeds_the_bare_one_row_pass(tiny_models):
     curve = calibration.measure_curve(loaded, rounds=1, rows=(1, 2))
     one_row = curve.n_layers * curve.layer(1) + curve.head(1)
     assert 0 < curve.plain_step_ms <= one_row + 1e-3
+
+
+def test_a_curve_that_drifted_while_measured_asks_a_tree_for_more(tiny_models):
+    """A tree predicted a little faster than plain decoding is chosen from a steady curve, and
+    not from one whose timings moved more than that gain while it was measured: the prediction
+    is no better than them."""
+    loaded = tiny_models["llama"]
+    curve = flat_curve(loaded, per_row=0.01)
+    params = streams_for(loaded, 9, gamma=2, n_msa_layers=2)
+    params.acceptance = Acceptance(2, 100, {(0,): 12})  # stream 1 right 12% of the time
+    steady = calibration.plan_tree(loaded, params, curve)
+    assert steady.paths == ((0,),) and 1.03 < steady.predicted_speedup < 1.12
+    assert steady.to_dict()["required_speedup"] == 1.03
+    curve.drift = steady.predicted_speedup - 1 + 0.01
+    drifted = calibration.plan_tree(loaded, params, curve)
+    assert drifted.paths == () and drifted.min_gain == pytest.approx(1 + curve.drift)
+    curve.drift = steady.predicted_speedup - 1 - 0.01
+    assert calibration.plan_tree(loaded, params, curve).paths == ((0,),)
+
+
+def test_calibrate_says_why_no_tree_was_chosen():
+    from specstream_apps.calibrate_cmd import describe_tree
+
+    tree = {"paths": [], "required_speedup": 1.2, "candidates": [(1, 0, 1.0), (2, 1, 1.04)]}
+    line = describe_tree("summarize", tree, drift=0.2)
+    assert "no tree pays" in line and "1.04x" in line and "1.2x" in line and "20%" in line
+    assert "moved" not in describe_tree("summarize", {**tree, "required_speedup": 1.03}, 0.01)
 
 
 def test_streams_that_know_the_next_token_are_charged_their_head_pass(tiny_models):

@@ -70,6 +70,11 @@ def markdown(report: dict) -> str:
                 f"\n{m['name']}: tree chosen for this device: paths {tree['paths']} "
                 f"({tree['nodes']} nodes), {tree['expected_tokens_per_pass']} tokens per pass and "
                 f"{tree['predicted_speedup']}x predicted"
+                + (
+                    f" (a tree had to promise {need}x)"
+                    if (need := tree.get("required_speedup"))
+                    else ""
+                )
             )
         elif tree and tree.get("source") == "adapter":
             lines.append(

@@ -22,7 +22,8 @@ __all__ = ["ACCEPTANCE_FILE", "PROBE_TOP_K", "Acceptance", "ranks_of", "choose_t
 
 MAX_PLAN_NODES = 64  # drafted nodes, root excluded
 # A tree must promise this much over one token per pass: below it, timing noise (about 5-10%
-# between runs on a shared machine) could make the "faster" tree the slower one.
+# between runs on a shared machine) could make the "faster" tree the slower one. A latency curve
+# whose own timings moved more than that while it was measured asks for more (plan_tree).
 MIN_GAIN = 1.03
 
 
@@ -36,6 +37,7 @@ class TreePlan:
     pass_ms: float
     plain_ms: float
     candidates: list = field(default_factory=list, compare=False)  # (nodes, depth, speedup)
+    min_gain: float = MIN_GAIN  # the speed over plain decoding a tree had to promise
 
     @property
     def depth(self) -> int:
@@ -62,6 +64,7 @@ class TreePlan:
             "predicted_pass_ms": round(self.pass_ms, 2),
             "predicted_plain_ms": round(self.plain_ms, 2),
             "predicted_speedup": round(self.predicted_speedup, 3),
+            "required_speedup": round(self.min_gain, 3),
         }
 
 
@@ -114,7 +117,7 @@ def choose_tree(
             bar = best.predicted_speedup * (min_gain if not best.paths else 1.0)
             if plan.predicted_speedup > bar + 1e-9:
                 best = plan
-    return TreePlan(best.paths, best.expected_tokens, best.pass_ms, plain_ms, candidates)
+    return TreePlan(best.paths, best.expected_tokens, best.pass_ms, plain_ms, candidates, min_gain)
 
 
 def sparse_tree(root: int, stream_tokens: list[list[int]], paths: Sequence[Path_]) -> Tree:
