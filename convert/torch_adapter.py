@@ -89,19 +89,8 @@ def save_torch_adapter(
 def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStreams:
     """Read a PyTorch (or MLX) adapter folder for `base`: its streams, and in shared mode its
     LoRA put on the base through PEFT. One error lists every mismatch."""
-    src = read_folder(folder)
-    if src.kind == "mlx":
-        src, _ = mlx_to_torch(src)
+    src = _read_for(folder, base)
     cfg = src.stream_config.validate(base.config["num_hidden_layers"])
-    theirs = src.config.get("base_model", {}).get("fingerprint", {})
-    ours = base.fingerprint()
-    problems = [
-        f"base {k}: adapter has {theirs.get(k)!r}, model has {ours[k]!r}"
-        for k in ours
-        if theirs.get(k) != ours[k]
-    ]
-    if problems:
-        raise SpecstreamError(f"adapter {folder} was made for another base: " + "; ".join(problems))
     streams = TorchStreams(cfg, base.config["hidden_size"])
     expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
     have = {k: tuple(v.shape) for k, v in src.tensors.items()}
@@ -125,6 +114,57 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     else:
         remove_lora(base)
     return streams
+
+
+def _read_for(folder: str | os.PathLike, base: TorchBase) -> Folder:
+    """A PyTorch or MLX adapter folder (the MLX one converted in memory), checked to be made for
+    `base`."""
+    src = read_folder(folder)
+    if src.kind == "mlx":
+        src, _ = mlx_to_torch(src)
+    theirs = src.config.get("base_model", {}).get("fingerprint", {})
+    ours = base.fingerprint()
+    problems = [
+        f"base {k}: adapter has {theirs.get(k)!r}, model has {ours[k]!r}"
+        for k in ours
+        if theirs.get(k) != ours[k]
+    ]
+    if problems:
+        raise SpecstreamError(f"adapter {folder} was made for another base: " + "; ".join(problems))
+    return src
+
+
+def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> None:
+    """Training that continues an adapter: its streams' weights into `streams`, and in shared
+    mode its LoRA into the base's trainable PEFT layers (add_lora first). The adapter must have
+    the same stream settings and tensors; one error lists what differs."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    src = _read_for(folder, base)
+    theirs, ours = src.stream_config.to_dict(), streams.config.to_dict()
+    drafting = ("top_k", "max_tree_nodes", "prune_threshold")  # how it drafts, not weights
+    problems = [f"{k}: adapter has {theirs.get(k)!r}, this run {v!r}"
+                for k, v in ours.items() if theirs.get(k) != v and k not in drafting]  # fmt: skip
+    expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
+    have = {k: tuple(v.shape) for k, v in src.tensors.items()}
+    if streams.config.mode == "shared":
+        expected.update(
+            {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
+        )
+        have.update({k: tuple(v.shape) for k, v in src.lora.items()})
+    problems += [f"missing tensor {k}" for k in expected if k not in have]
+    problems += [f"{k}: shape {list(have[k])}, expected {list(s)}"
+                 for k, s in expected.items() if k in have and have[k] != s]  # fmt: skip
+    if problems:
+        raise SpecstreamError(f"cannot continue {folder}: " + "; ".join(problems))
+    device = next(streams.parameters()).device
+
+    def tensor(v) -> torch.Tensor:
+        return torch.from_numpy(np.array(v, dtype=np.float32)).to(device)
+
+    streams.load_state_dict({k: tensor(v) for k, v in src.tensors.items()})
+    if streams.config.mode == "shared":
+        set_peft_model_state_dict(base.model, {k: tensor(v) for k, v in src.lora.items()})
 
 
 def expected_lora(

@@ -35,7 +35,7 @@ from specstream_mlx.training.positions import (
     stream_positions,
 )
 
-from .torch_adapter import add_lora, save_torch_adapter
+from .torch_adapter import add_lora, save_torch_adapter, start_from
 from .torch_base import ChatTokenizer, TorchBase, load_base
 from .torch_streams import TorchStreams, View, chain, lower_layers, msa_layers
 
@@ -232,6 +232,7 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 10
     checkpoint_every: int = 25
+    init: str | None = None  # the adapter folder this run continues (main loads it: --init)
 
 
 def _lora_params(model) -> dict[str, torch.nn.Parameter]:
@@ -461,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--checkpoint-every", type=int, default=25)
+    p.add_argument(
+        "--init",
+        default=None,
+        help="continue training this adapter folder (PyTorch or MLX, same settings)",
+    )
     args = p.parse_args(argv)
     try:
         if Path(args.out).exists() and not args.overwrite:
@@ -487,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
         streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
         if args.mode == "shared":
             add_lora(base, config)
+        if args.init is not None:
+            start_from(args.init, base, streams)
         cfg = TrainConfig(
             args.steps,
             args.batch_size,
@@ -497,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
             targets=args.targets,
             seed=args.seed,
             checkpoint_every=args.checkpoint_every,
+            init=args.init,
         )
         checkpoint = Path(str(args.out).rstrip("/") + ".checkpoint.pt")
         rows = train(

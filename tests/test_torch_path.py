@@ -841,6 +841,38 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     assert shapes["adapters.0.a"][1] == 4
 
 
+def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data):
+    """`--init FOLDER` starts from an adapter's streams and LoRA (a PyTorch folder or its MLX
+    conversion): at learning rate 0 the run writes them back unchanged; an adapter of other
+    settings is refused before any training."""
+    from convert import torch_train
+
+    loaded, _ = pairs["llama"]
+    folder, _ = trained["shared"]  # gamma 3, 2 MSA layers, LoRA in every block
+    assert run_convert(folder, tmp_path / "mlx", "--model", str(loaded.path)) == 0
+    argv = ["--model", str(loaded.path), "--data", str(data / "e2e" / "train.csv"), "--task",
+            "data2text", "--steps", "1", "--batch-size", "1", "--limit", "2", "--max-length",
+            "200", "--gamma", "3", "--n-msa-layers", "2", "--mode", "shared", "--device", "cpu",
+            "--lr", "0", "--lora-lr", "0"]  # fmt: skip
+    before = af.read_folder(folder)
+    for source in (folder, tmp_path / "mlx"):
+        out = tmp_path / f"from_{source.name}"
+        assert torch_train.main([*argv, "--init", str(source), "--out", str(out)]) == 0
+        after = af.read_folder(out)
+        assert set(after.tensors) == set(before.tensors) and set(after.lora) == set(before.lora)
+        for mine, theirs in ((after.tensors, before.tensors), (after.lora, before.lora)):
+            assert all(np.array_equal(mine[k], theirs[k]) for k in theirs), source
+        assert json.loads((out / af.TORCH_CONFIG).read_text())["training"]["init"] == str(source)
+    fresh = tmp_path / "fresh"
+    assert torch_train.main([*argv, "--out", str(fresh)]) == 0  # without --init: LoRA B is 0
+    b = next(k for k in before.lora if ".lora_B." in k)
+    assert not af.read_folder(fresh).lora[b].any() and before.lora[b].any()
+    other = [*argv, "--n-msa-layers", "3", "--init", str(folder), "--out", str(tmp_path / "o")]
+    assert torch_train.main(other) == 2
+    err = capsys.readouterr().err
+    assert "cannot continue" in err and "n_msa_layers" in err and not (tmp_path / "o").exists()
+
+
 def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
     """The torch decoder samples by the same tree rejection sampling: its first three tokens are
     distributed as plain sampling's under transformers' own forward (exact table), and a seed
