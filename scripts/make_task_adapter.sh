@@ -12,7 +12,9 @@
 # resume); its LoRA is stored as float16 (`convert --lora-dtype float16`: half the file, the
 # same greedy output on 48 dev prompts of each shipped tool: docs/BENCHMARKS.md). LORA_LAYERS
 # overrides the task's LoRA depth (0: every block), STEPS its optimizer steps (of batch 4), OUT
-# the adapter folder (its README.md is kept).
+# the adapter folder (its README.md is kept). With ENGINE=torch, INIT=FOLDER continues that
+# adapter instead of starting afresh (convert.torch_train --init), SEED picks another draw of
+# the examples (default 0) and LR the streams' peak rate (default 3e-3).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -40,8 +42,9 @@ common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
 if [ "$which" != "--baseline-only" ] && [ "${ENGINE:-mlx}" = torch ]; then
     [ -d "${out}_torch" ] || ./dev.sh python -m convert.torch_train --mode shared --task "$task" \
         --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4 --max-length "$max_length" \
-        --n-msa-layers 8 --gamma 4 --lr 3e-3 --lora-lr 5e-5 --lora-layers "$lora_layers" \
-        --warmup 10 --seed 0 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "${out}_torch"
+        --n-msa-layers 8 --gamma 4 --lr "${LR:-3e-3}" --lora-lr 5e-5 --lora-layers "$lora_layers" \
+        --warmup 10 --seed "${SEED:-0}" --checkpoint-every 25 --device "${DEVICE:-cpu}" \
+        ${INIT:+--init "$INIT"} --out "${out}_torch"
     ./dev.sh specstream convert --from "${out}_torch" --to "$out" --overwrite --lora-dtype float16
 elif [ "$which" != "--baseline-only" ]; then
 ./dev.sh specstream train --mode shared "${common[@]}" --out "$out" \
