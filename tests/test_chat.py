@@ -35,8 +35,8 @@ def test_two_turns_adapter_switch_stats_reset_and_eof():
         "/reset\n"
         "/stats\n"
     )  # then EOF
-    # a hang guard: with a fresh cache the first turn measures the latency curve first (196 s
-    # of this test's 197 on the slowest dev-cpu instance, alone)
+    # a hang guard: with a fresh cache the first turn measures the latency curve first (this
+    # test took 196 s alone on the slowest dev-cpu instance, where the curve takes 179 s)
     out, err = proc.communicate(script, timeout=600)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
