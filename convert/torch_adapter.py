@@ -97,13 +97,7 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     if cfg.mode == "shared":
         expected.update(expected_lora(base, cfg.lora_rank, cfg.lora_blocks))
         have.update({k: tuple(v.shape) for k, v in src.lora.items()})
-    problems = [f"missing tensor {k} {list(s)}" for k, s in expected.items() if k not in have]
-    problems += [f"unexpected tensor {k}" for k in have if k not in expected]
-    problems += [
-        f"{k}: shape {list(have[k])}, expected {list(s)}"
-        for k, s in expected.items()
-        if k in have and have[k] != s
-    ]
+    problems = shape_mismatches(expected, have)
     if problems:
         raise SpecstreamError(f"adapter {folder} does not fit: " + "; ".join(problems))
     state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in src.tensors.items()}
@@ -114,6 +108,19 @@ def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStrea
     else:
         remove_lora(base)
     return streams
+
+
+def shape_mismatches(expected: dict, have: dict) -> list[str]:
+    """Every tensor missing, unexpected or misshapen in `have` (name -> shape) against
+    `expected`."""
+    problems = [f"missing tensor {k} {list(s)}" for k, s in expected.items() if k not in have]
+    problems += [f"unexpected tensor {k}" for k in have if k not in expected]
+    problems += [
+        f"{k}: shape {list(have[k])}, expected {list(s)}"
+        for k, s in expected.items()
+        if k in have and have[k] != s
+    ]
+    return problems
 
 
 def _read_for(folder: str | os.PathLike, base: TorchBase) -> Folder:
@@ -152,9 +159,7 @@ def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
             {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
         )
         have.update({k: tuple(v.shape) for k, v in src.lora.items()})
-    problems += [f"missing tensor {k}" for k in expected if k not in have]
-    problems += [f"{k}: shape {list(have[k])}, expected {list(s)}"
-                 for k, s in expected.items() if k in have and have[k] != s]  # fmt: skip
+    problems += shape_mismatches(expected, have)
     if problems:
         raise SpecstreamError(f"cannot continue {folder}: " + "; ".join(problems))
     device = next(streams.parameters()).device
