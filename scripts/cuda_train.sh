@@ -39,6 +39,12 @@
 # project's ../shared/data, carried for the run only (never committed). `rehearse TASK` runs
 # `run` here on the CPU: 2 steps x 2, into runs/.
 #
+# `rows TASK NAME:VAR=V[,VAR=V]...` trains variants of TASK's recipe side by side on the one GPU
+# (a launch-bound step leaves it idle between kernels), each with its VARs (RANK, MSA_LAYERS,
+# CHAT_STEPS, ...) into runs/cuda/train/NAME, its tar and log under $OUT/NAME/: on an H200
+# (2026-11-28, commit 5ed12de) two 3,000-step chat rows side by side took 304 and 333 s, one alone
+# 0.073 s a step (1.4x the throughput). A call returns at most 8 files: 3 rows.
+#
 # `distill` (the default model; after `prepare`, carrying runs/cudadata and the model's parts as
 # for `run`) answers the instruction prompts of the train split that corpus/ lacks with
 # convert/torch_distill.py (batched greedy `generate`, DISTILL_BATCH=128 prompts a batch;
@@ -90,6 +96,15 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
         --device "$device" --out "$out/${task}_torch" --overwrite
 }
 
+unpack() {  # TASK: its train file from runs/cudadata to runs/cuda/data, once
+    local f
+    f=$(files "$1")
+    [ -f "runs/cuda/data/$f" ] && return
+    mkdir -p "runs/cuda/data/$(dirname "$f")"
+    gunzip -c "runs/cudadata/$f.gz" > "runs/cuda/data/$f.tmp"
+    mv "runs/cuda/data/$f.tmp" "runs/cuda/data/$f"
+}
+
 case "${1:-}" in
 prepare)
     bash scripts/cuda_validate.sh prepare
@@ -133,24 +148,42 @@ run)
     [ $# -gt 0 ] || { echo "usage: scripts/cuda_train.sh run TASK [TASK...]" >&2; exit 2; }
     [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
     out=${OUT:-runs}
-    mkdir -p runs/cuda/data "$out"
+    trained=${TRAIN_DIR:-runs/cuda/train}
+    mkdir -p "$out"
     bash scripts/cuda_validate.sh join
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
     for task in "$@"; do
-        f=$(files "$task")
-        mkdir -p "runs/cuda/data/$(dirname "$f")"
-        gunzip -c "runs/cudadata/$f.gz" > "runs/cuda/data/$f"
+        unpack "$task"
         # The adapter and its checkpoint stay under runs/ (a checkpoint is 31 MB, over what a
         # call brings back, and $OUT is emptied before each call): a task cut by the call's time
         # limit resumes when `run` is called again while the machine is warm. Each finished
         # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
         steps=${STEPS:-750}
         [ "$task" != chat ] || steps=${CHAT_STEPS:-4000}
-        [ -f "runs/cuda/train/${task}_torch/streams.safetensors" ] ||
-            train "$task" runs/cuda/train "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
+        [ -f "$trained/${task}_torch/streams.safetensors" ] ||
+            train "$task" "$trained" "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
                 ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"
-        tar -C runs/cuda/train -cf "$out/${task}_torch.tar" "${task}_torch"
+        tar -C "$trained" -cf "$out/${task}_torch.tar" "${task}_torch"
     done
+    ;;
+rows)
+    task=${2:?usage: scripts/cuda_train.sh rows TASK NAME:VAR=V[,VAR=V]...}
+    shift 2
+    [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
+    out=${OUT:-runs}
+    bash scripts/cuda_validate.sh join  # once, before the rows share the model and the data
+    unpack "$task"
+    for spec in "$@"; do
+        name=${spec%%:*}
+        vars=()
+        [ "$spec" = "$name" ] || IFS=, read -ra vars <<< "${spec#*:}"
+        mkdir -p "$out/$name"
+        # each row's training log is its $out/NAME/TASK_train.log; errors outside it, errors.log
+        env "${vars[@]}" TRAIN_DIR="runs/cuda/train/$name" OUT="$out/$name" bash "$0" run "$task" \
+            > /dev/null 2> "$out/$name/errors.log" &
+    done
+    wait
+    find "$out" -name errors.log -empty -delete
     ;;
 import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/TASK (MLX)
     from=${2:?usage: scripts/cuda_train.sh import FOLDER}
@@ -174,7 +207,7 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
     done
     ;;
 *)
-    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | distill | import FOLDER" >&2
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | rows TASK NAME:VAR=V... | distill | import FOLDER" >&2
     exit 2
     ;;
 esac

@@ -24,11 +24,15 @@ cd "$(dirname "$0")/.."
 PART_BYTES=${PART_BYTES:-36000000}
 
 join_model() {  # runs/cuda/model.gguf from the carried parts, checked; the gguf reader installed
+    local sum
+    sum="$(cat runs/cuda1/model.gguf.sha256)  runs/cuda/model.gguf"
     mkdir -p runs/cuda
-    # shellcheck disable=SC2046  # part paths have no spaces
-    cat $(ls runs/cuda[0-9]*/model.gguf.part* | sort -V) > runs/cuda/model.gguf.tmp
-    mv runs/cuda/model.gguf.tmp runs/cuda/model.gguf
-    echo "$(cat runs/cuda1/model.gguf.sha256)  runs/cuda/model.gguf" | sha256sum -c - ||
+    if ! echo "$sum" | sha256sum -c --status - 2>/dev/null; then  # joined already: leave it
+        # shellcheck disable=SC2046  # part paths have no spaces
+        cat $(ls runs/cuda[0-9]*/model.gguf.part* | sort -V) > runs/cuda/model.gguf.tmp
+        mv runs/cuda/model.gguf.tmp runs/cuda/model.gguf
+    fi
+    echo "$sum" | sha256sum -c - ||
         { echo "the parts do not make $(cat runs/cuda1/model.txt): carry every runs/cudaK" >&2; exit 2; }
     ${TORCH_PYTHON:-python3} -c 'import gguf' 2>/dev/null ||
         python3 -m pip install -q --no-deps --no-index runs/cuda1/wheels/*.whl
