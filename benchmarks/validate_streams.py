@@ -68,7 +68,8 @@ def main() -> None:
     name = args.medusa or args.adapter
     print(
         f"{name} on {len(val)} rows of {args.data} ({record['positions']} positions): "
-        f"top-1 per stream (head) {record['stream_accuracy']}, tau chain {record['tau_chain']}, "
+        f"top-1 per stream (head) {record['stream_accuracy']}, NLL per stream "
+        f"{record['stream_nll']}, tau chain {record['tau_chain']}, "
         f"tau top-k tree {record['tau_tree']}, tau of the best static tree "
         f"of 4 / 8 / 16 nodes {list(record['tau_static'].values())}, early-exit top-1 "
         f"{record.get('early_exit_top1')}"

@@ -196,6 +196,23 @@ def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_pa
     assert len(v["stream_accuracy"]) == 3 and v["tau_chain"] >= 1
 
 
+def test_validation_reports_each_streams_dev_nll():
+    """The validation record's stream_nll is each drafter's mean cross-entropy on its targets,
+    over the scored positions only (the figure training logs, on held-out rows)."""
+    from specstream_mlx.training.data import Example
+
+    rng = np.random.default_rng(0)
+    gamma, vocab = 2, 7
+    ex = Example(ids=rng.integers(0, vocab, 9).tolist(), loss_mask=[False] * 2 + [True] * 7)
+    table = rng.normal(size=(9, gamma, vocab)).astype(np.float32)
+    v = trainer.validate([ex], lambda i, rows: mx.array(table[rows]), gamma, top_k=2)
+    rows = [p for p in range(9 - 1 - gamma) if all(ex.loss_mask[p + 1 : p + 2 + gamma])]
+    logp = table - np.log(np.exp(table).sum(-1, keepdims=True))
+    want = [-np.mean([logp[p, j, ex.ids[p + 2 + j]] for p in rows]) for j in range(gamma)]
+    assert v.positions == len(rows) == 5
+    assert v.stream_nll == pytest.approx(want, abs=1e-3)
+
+
 def test_checkpoint_kill_resume_gives_the_same_state(tiny, data_file, tmp_path):
     data = load_dataset(data_file, tiny.tokenizer, 128)
     cfg = TrainConfig(steps=6, batch_size=2, learning_rate=3e-3, checkpoint_every=1, val_every=99)

@@ -79,6 +79,8 @@ class Validation:
     positions: int
     # decoding.plan.Acceptance.to_dict(): rank paths of the targets, for the device's tree choice
     acceptance: dict | None = None
+    # mean negative log-likelihood of stream j's target (nats), as training logs `stream_nll`
+    stream_nll: list[float] | None = None
 
 
 def _example_order(n: int, index: int, seed: int) -> int:
@@ -95,7 +97,7 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
     """Greedy and top-k hits of the gamma drafters (streams, or Medusa heads) on held-out
     sequences, where all gamma targets exist. `logits_of(i, rows)` gives the (P, gamma, V)
     logits of example i's rows; drafter j at position p predicts token p + 1 + j."""
-    top1, topk, ranks = [], [], []
+    top1, topk, ranks, nll = [], [], [], []
     for i, ex in enumerate(examples):
         mask, t = np.array(ex.loss_mask), len(ex.loss_mask)
         # position p is scored when tokens p+1 .. p+1+gamma are all completion tokens
@@ -111,6 +113,8 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
         # rank of each target: how many tokens score strictly higher
         target_logits = mx.take_along_axis(logits, mx.array(targets)[..., None], axis=-1)
         ranks.append(np.array((logits > target_logits).sum(axis=-1)))
+        logz = mx.logsumexp(logits.astype(mx.float32), axis=-1)
+        nll.append(np.array(logz - target_logits[..., 0].astype(mx.float32)))
     if not top1:
         raise SpecstreamError("no validation position has gamma completion tokens after it")
     top1, topk = np.concatenate(top1), np.concatenate(topk)
@@ -121,6 +125,7 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
         tau_tree=round(1 + float(_leading_true(topk).mean()), 4),
         positions=int(top1.shape[0]),
         acceptance=acceptance.to_dict(),
+        stream_nll=[round(float(x), 4) for x in np.concatenate(nll).mean(axis=0)],
     )
 
 
