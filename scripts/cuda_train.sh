@@ -29,9 +29,9 @@
 # model, the shipped writing tools' recipe (gamma 4, 8 MSA layers, LoRA rank 8 in every block,
 # or in the top LORA_LAYERS=8 as the shipped ones, lr 3e-3, LoRA lr 5e-5, STEPS=750 x BATCH=4 =
 # 3,000 examples, max length as on the CPU: sql 320, data2text 256, summarize 512, or
-# MAX_LENGTH), or for chat lossless streams with MSA_LAYERS=12 on the distilled instruction
-# answers of corpus/ (lr 3e-3, segment 32, warmup 20, stream rank RANK=8, CHAT_STEPS=4000 x 4:
-# ten times the CPU rows' 400); for Qwen (sql, chat) the recipe of its shipped adapters
+# MAX_LENGTH), or for chat the shipped chat's lossless recipe, MSA_LAYERS=16 on the distilled
+# instruction answers of corpus/ (lr 3e-3, segment 32, warmup 20, stream rank RANK=8,
+# CHAT_STEPS=3000 x 4); for Qwen (sql, chat) the recipe of its shipped adapters
 # (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, 8 MSA layers, lr 1e-3, segment
 # 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
 # $OUT/TASK_torch.tar (a call returns at most 8 files), its log to $OUT/TASK_train.log; a task
@@ -83,7 +83,7 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     # limits the lossless streams") on every distilled instruction answer, for more steps
     local recipe=(--task "$task" --mode shared --n-msa-layers 8 --lr 3e-3 --lora-lr 5e-5
         --lora-layers "${LORA_LAYERS:-0}")
-    [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-12}" --lr 3e-3
+    [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-16}" --lr 3e-3
         --segment 32 --warmup 20 --rank "${RANK:-8}")
     local length=${MAX_LENGTH:-$(max_length "$task")}
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
@@ -159,7 +159,7 @@ run)
         # limit resumes when `run` is called again while the machine is warm. Each finished
         # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
         steps=${STEPS:-750}
-        [ "$task" != chat ] || steps=${CHAT_STEPS:-4000}
+        [ "$task" != chat ] || steps=${CHAT_STEPS:-3000}
         [ -f "$trained/${task}_torch/streams.safetensors" ] ||
             train "$task" "$trained" "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
                 ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Re-creates the shipped `chat` adapter (lossless) for the default model, from the repository:
 # 1. the base model's own greedy answers to the instruction prompts of
-#    ../shared/data/instructions, kept in corpus/ (docs/CORPUS.md), unpacked; the first ROWS
-#    (10,185) usable ones (not degenerate) are the training rows: every usable row of the
-#    shards train-00001..00009, what the shipped adapter was trained on;
+#    ../shared/data/instructions, kept in corpus/ (docs/CORPUS.md), unpacked; the usable ones
+#    (not degenerate; the first ROWS if set) are the training rows: every usable row of the
+#    shards train-00001..00010 (11,486), what the shipped adapter was trained on;
 # 2. lossless stream training with the PyTorch path's trainer (convert/torch_train.py, the MLX
-#    trainer's recipe and optimizer steps): 12 MSA layers, STEPS (4,000) of batch 4, lr 3e-3,
-#    segment 32, warmup 20. The shipped one was trained on an H200 (`CHAT_STEPS=4000 bash
-#    scripts/cuda_train.sh run chat`, 291 s; docs/BENCHMARKS.md, "The fifth lease"); here,
-#    DEVICE=cuda on a GPU, or on the 2-core dev CPU about 3.3 hours alone (2.8-3.1 s a step;
-#    STEPS=2000 ROWS=10000 give the one shipped before, msa12long); resumable (rerun after an
-#    interruption: the checkpoint sits beside runs/chat_torch/);
+#    trainer's recipe and optimizer steps): MSA_LAYERS (16) MSA layers, STEPS (3,000) of batch 4,
+#    lr 3e-3, segment 32, warmup 20. The shipped one was trained on an H200 (`MSA_LAYERS=16
+#    CHAT_STEPS=3000 bash scripts/cuda_train.sh run chat`, 333 s beside another run;
+#    docs/BENCHMARKS.md, "The sixth lease"); here, DEVICE=cuda on a GPU, or on the 2-core dev
+#    CPU some 3 hours alone (2.8-3.1 s a step with 12 MSA layers); MSA_LAYERS=12 STEPS=4000
+#    ROWS=10185 give the one shipped before it (gpu4000), MSA_LAYERS=12 STEPS=2000 ROWS=10000 the
+#    one before that (msa12long); resumable (rerun after an interruption: the checkpoint sits
+#    beside runs/chat_torch/);
 # 3. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-51.
@@ -26,14 +28,14 @@ mkdir -p "$RUN"
 import json, os, sys
 run = sys.argv[1]
 rows = [r for r in map(json.loads, open(f"{run}/instructions_train.jsonl"))
-        if not r.get("degenerate")][:int(os.environ.get("ROWS", "10185"))]
+        if not r.get("degenerate")][:int(os.environ.get("ROWS") or 10**9)]
 with open(f"{run}/chat_train.jsonl.tmp", "w") as f:
     f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 os.replace(f"{run}/chat_train.jsonl.tmp", f"{run}/chat_train.jsonl")
 PY
 [ -d "$RUN/chat_torch" ] ||
     ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_train.jsonl" \
-        --out "$RUN/chat_torch" --gamma 4 --n-msa-layers 12 --steps "${STEPS:-4000}" --batch-size 4 \
+        --out "$RUN/chat_torch" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" --steps "${STEPS:-3000}" --batch-size 4 \
         --lr 3e-3 --segment 32 --warmup 20 --max-length 512 --checkpoint-every 25 --seed 0 \
         --device "${DEVICE:-cpu}"
 ./dev.sh specstream convert --from "$RUN/chat_torch" --to "$OUT.tmp" --overwrite

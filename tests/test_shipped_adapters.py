@@ -63,7 +63,8 @@ def test_the_four_adapters_ship():
 @pytest.mark.parametrize("name", shipped_adapters())
 def test_shipped_adapter_extra_parameters_within_budget(name):
     """Issue 4 set 1e5 extra parameters per adapter besides its LoRA layers; issue 20 allows up
-    to 1e6 where the capacity pays (chat's 12 MSA layers: 122,112, stream 1 0.39 against 0.25)."""
+    to 1e6 where the capacity pays (chat's 16 MSA layers: 158,976; 12 layers gave stream 1 0.39
+    against 8 layers' 0.25)."""
     weights = mx.load(str(SHIPPED_DIR / name / "adapters.safetensors"))
     extra = sum(w.size for k, w in weights.items() if not k.startswith("lora."))
     assert 0 < extra <= 1_000_000
