@@ -42,8 +42,9 @@
 # `rows TASK NAME:VAR=V[,VAR=V]...` trains variants of TASK's recipe side by side on the one GPU
 # (a launch-bound step leaves it idle between kernels), each with its VARs (RANK, MSA_LAYERS,
 # CHAT_STEPS, ...) into runs/cuda/train/NAME, its tar and log under $OUT/NAME/: on an H200
-# (2026-11-28, commit 5ed12de) two 3,000-step chat rows side by side took 304 and 333 s, one alone
-# 0.073 s a step (1.4x the throughput). A call returns at most 8 files: 3 rows.
+# (2026-11-28, commit 5ed12de) two 3,000-step chat rows side by side (rank 32; 16 MSA layers)
+# took 304 and 333 s: ~19 steps/s together, against ~14 for the 12-layer rank-8 recipe alone
+# (0.073 s a step, the fifth lease). A call returns at most 8 files: 3 rows.
 #
 # `distill` (the default model; after `prepare`, carrying runs/cudadata and the model's parts as
 # for `run`) answers the instruction prompts of the train split that corpus/ lacks with
@@ -173,6 +174,7 @@ rows)
     out=${OUT:-runs}
     bash scripts/cuda_validate.sh join  # once, before the rows share the model and the data
     unpack "$task"
+    pids=()
     for spec in "$@"; do
         name=${spec%%:*}
         vars=()
@@ -181,9 +183,12 @@ rows)
         # each row's training log is its $out/NAME/TASK_train.log; errors outside it, errors.log
         env "${vars[@]}" TRAIN_DIR="runs/cuda/train/$name" OUT="$out/$name" bash "$0" run "$task" \
             > /dev/null 2> "$out/$name/errors.log" &
+        pids+=($!)
     done
-    wait
+    failed=0
+    for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
     find "$out" -name errors.log -empty -delete
+    exit "$failed"
     ;;
 import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/TASK (MLX)
     from=${2:?usage: scripts/cuda_train.sh import FOLDER}

@@ -18,7 +18,7 @@ from specstream_mlx.streams.adapter_io import load_adapter, read_adapter, save_a
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training import forward, positions, trainer
-from specstream_mlx.training.data import load_dataset, read_jsonl
+from specstream_mlx.training.data import Example, load_dataset, read_jsonl
 from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
 from .conftest import QUIET
@@ -199,8 +199,6 @@ def test_training_lowers_loss_and_never_touches_the_base(tiny, data_file, tmp_pa
 def test_validation_reports_each_streams_dev_nll():
     """The validation record's stream_nll is each drafter's mean cross-entropy on its targets,
     over the scored positions only (the figure training logs, on held-out rows)."""
-    from specstream_mlx.training.data import Example
-
     rng = np.random.default_rng(0)
     gamma, vocab = 2, 7
     ex = Example(ids=rng.integers(0, vocab, 9).tolist(), loss_mask=[False] * 2 + [True] * 7)
