@@ -154,9 +154,15 @@ def describe_tree(adapter: str, tree: dict, drift: float) -> str:
         best = max((c for c in tree["candidates"] if c[0] > 1), key=lambda c: c[2], default=None)
         why = f"the best, {best[0]} nodes, is predicted at {best[2]}x" if best else "none drafts"
         return f"{adapter}: no tree pays here ({why}; {bar}): `ss` decodes plainly"
+    shape = f"tree of {tree['nodes']} nodes, depth {tree['depth']}, paths {tree['paths']}"
+    if tree.get("bin_trees"):
+        bins = "; ".join(
+            f"{1 + len(paths)} nodes {paths} from {low}" if paths else f"the root alone from {low}"
+            for low, paths in zip([0.0, *tree["gates"]], tree["bin_trees"], strict=True)
+        )
+        shape = f"a tree per bin of stream 1's confidence ({bins})"
     return (
-        f"{adapter}: tree of {tree['nodes']} nodes, depth {tree['depth']}, paths "
-        f"{tree['paths']}: {tree['expected_tokens_per_pass']} tokens per pass expected, "
+        f"{adapter}: {shape}: {tree['expected_tokens_per_pass']} tokens per pass expected, "
         f"{tree['predicted_pass_ms']} ms per pass, predicted {tree['predicted_speedup']}x "
         f"plain decoding ({bar})"
     )

@@ -28,7 +28,7 @@ import numpy as np
 from .backend import device_name, preload_blas
 from .decoding.loop import Decoder, decode, make_cache
 from .decoding.passes import Passes, compilable
-from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_tree
+from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_gated, choose_tree
 from .decoding.policy import TreePolicy
 from .decoding.tree import Tree
 from .decoding.tree_step import ONE_HEAD_PASS_ROWS
@@ -503,7 +503,8 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
     if shared:  # the main stream attends to the streams, and they to the guess
         plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
         plain += curve.head(1) if cfg.next_token_guess else 0.0
-    return choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
+    static = choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
+    return choose_gated(acceptance, pass_ms, static)
 
 
 def required_gain(curve: LatencyCurve) -> float:
@@ -543,10 +544,11 @@ def measure_acceptance(
     `on_prompt(done, total, positions)` follows the prompts (a progress display)."""
     from .decoding.plan import ranks_of
     from .prompts import encode_prompt
+    from .streams.acceptance import known
 
     arch = arch_of(loaded.model, loaded.config["model_type"])
     policy = TreePolicy()  # nothing drafted: a probe at every position
-    rows = []
+    rows, confidence = [], []
     for number, prompt in enumerate(prompts, start=1):
         ids = prompt if isinstance(prompt, list) else encode_prompt(loaded, prompt)
         budget = min(max_tokens, loaded.context_length - len(ids))
@@ -562,8 +564,9 @@ def measure_acceptance(
                 steps.close()
                 break
         rows += ranks_of(history, probe)
+        confidence += [c for _, _, c in known(history, probe)]
         if on_prompt:
             on_prompt(number, len(prompts), len(rows))
     if not rows:
         raise SpecstreamError("no position to count: the prompts gave no continuation")
-    return Acceptance.from_ranks(rows, params.config.gamma, source)
+    return Acceptance.from_ranks(rows, params.config.gamma, source, confidence)

@@ -134,7 +134,7 @@ def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[Tre
     if opts.tree == "auto" and opts.draft_override is None:
         plan = tuned(loaded, streams)
         if plan is not None and (sampling.greedy or not plan.paths):
-            return TreePolicy.static(plan.paths), {"source": "calibrated", **plan.to_dict()}
+            return plan.policy(), {"source": "calibrated", **plan.to_dict()}
     policy = TreePolicy.of(streams.config)
     return policy, {
         "source": "adapter",

@@ -20,6 +20,7 @@ from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.plan import (
     Acceptance,
     best_paths,
+    choose_gated,
     choose_tree,
     expected_tokens,
     ranks_of,
@@ -127,6 +128,70 @@ def test_choice_follows_the_cost_of_nodes():
     assert shallow.predicted_speedup == pytest.approx(1.8 / 15.3 * 10)
 
 
+def test_acceptance_splits_by_stream_ones_confidence():
+    """Counts split at the quartiles of stream 1's confidence, the bins adding up to the
+    whole; they survive the file and a file whose bins do not add up is refused."""
+    ranks = [[0, 0], [0, 9], [1, 0], [9, 9]] * 25 + [[0, 0]] * 4
+    confidence = [0.9, 0.6, 0.3, 0.05] * 25 + [0.95] * 4
+    acc = Acceptance.from_ranks(ranks, gamma=2, source="test", confidence=confidence)
+    assert acc.positions == 104 and len(acc.gates) == 3 and len(acc.bins) == 4
+    assert list(acc.gates) == sorted(acc.gates)
+    assert sum(b.positions for b in acc.bins) == 104
+    assert acc.bins[-1].counts == {(0,): 29, (0, 0): 29}  # every 0.9 and 0.95: both right
+    assert acc.bins[0].counts == {}  # confidence 0.05: ranks 9, nothing counted
+    again = Acceptance.from_dict(json.loads(json.dumps(acc.to_dict())))
+    assert again.gates == acc.gates and [b.counts for b in again.bins] == [
+        b.counts for b in acc.bins
+    ]
+    bad = acc.to_dict()
+    bad["by_confidence"]["bins"][0]["positions"] += 1
+    with pytest.raises(SpecstreamError, match="do not add up"):
+        Acceptance.from_dict(bad)
+    with pytest.raises(SpecstreamError, match="confidences for"):
+        Acceptance.from_ranks(ranks, gamma=2, confidence=confidence[:-1])
+
+
+def test_gated_trees_draft_deep_where_the_streams_are_sure():
+    """Half the positions sure (both streams right), half not (never right): one tree for all
+    drafts nothing that pays on a dear device, a tree per bin drafts a chain where sure."""
+    ranks = [[0, 0]] * 100 + [[9, 9]] * 100
+    confidence = [0.9] * 100 + [0.1] * 100
+    acc = Acceptance.from_ranks(ranks, gamma=2, confidence=confidence)
+
+    def pass_ms(nodes, depth):
+        return 10 + 2 * depth + 4 * (nodes - 1)
+
+    static = choose_tree(acc, pass_ms, plain_ms=10)
+    gated = choose_gated(acc, pass_ms, static)
+    assert gated.bins[0] == () and gated.bins[-1] == ((0,), (0, 0))
+    # sure positions: 3 tokens for 22 ms; unsure: 1 for 14 ms (the streams run for the next)
+    assert gated.predicted_speedup == pytest.approx((1.0 + 3.0) / (14 + 22) * 10, rel=1e-6)
+    assert gated.predicted_speedup > static.predicted_speedup * 1.02
+    assert gated.policy().paths_at(0.95) == ((0,), (0, 0)) and gated.policy().paths_at(0.0) == ()
+    assert gated.to_dict()["bin_trees"][-1] == [[0], [0, 0]]
+    from specstream_apps.calibrate_cmd import describe_tree
+
+    line = describe_tree("sure", gated.to_dict(), drift=0.0)
+    assert "the root alone from 0.0" in line and "3 nodes [[0], [0, 0]] from 0.5" in line
+    # confidence that tells nothing: no tree per bin beats one tree for all
+    flat = Acceptance.from_ranks(ranks, gamma=2, confidence=[0.5, 0.4] * 100)
+    assert choose_gated(flat, pass_ms, choose_tree(flat, pass_ms, 10)).bins == ()
+    # too few positions in a bin to trust it: one tree
+    few = Acceptance.from_ranks(ranks[:60] + ranks[-60:], gamma=2, confidence=confidence[:120])
+    assert choose_gated(few, pass_ms, choose_tree(few, pass_ms, 10)).bins == ()
+
+
+def test_gated_policy_picks_its_bins_tree():
+    policy = TreePolicy.gated((0.2, 0.6), ((), ((0,),), ((0,), (0, 0), (1,))))
+    assert policy.depth == 2 and policy.top_k == 2 and policy.max_nodes == 4
+    assert policy.paths_at(0.1) == () and policy.paths_at(0.2) == ((0,),)
+    assert policy.paths_at(0.99) == ((0,), (0, 0), (1,))
+    assert policy.fixed_paths() is None and len(policy.static_trees()) == 3
+    assert TreePolicy.gated((0.5,), (((0,),), ((0,),))) == TreePolicy.static(((0,),))
+    with pytest.raises(ValueError, match="ascending gates"):
+        TreePolicy.gated((0.6, 0.2), ((), (), ()))
+
+
 def test_sparse_tree_holds_each_paths_token():
     tree = sparse_tree(100, [[1, 2, 3], [4, 5]], [(0,), (2,), (0, 1), (2, 0)])
     assert tree.tokens == [100, 1, 3, 5, 4]
@@ -206,6 +271,50 @@ def test_static_trees_and_compiled_passes_equal_plain_greedy(
     )
     assert spec.token_ids == plain.token_ids
     assert spec.finish_reason == plain.finish_reason
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    gamma=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    raws=st.lists(tree_paths, min_size=4, max_size=4),
+    seed=st.integers(0, 1000),
+)
+def test_gated_trees_equal_plain_greedy(tiny_models, family, gamma, n_msa, raws, seed):
+    """A tree per bin of stream 1's confidence (its quartiles on this very decode, so every
+    bin is visited), settled on the host and on the device, compiled or not: exactly plain
+    greedy decoding's tokens."""
+    loaded = tiny_models[family]
+    prompt, truth = oracle_truth(loaded, 24)
+    params = streams_for(loaded, seed, gamma=gamma, n_msa_layers=n_msa, top_k=3)
+    acc = calibration.measure_acceptance(loaded, params, [prompt], 24)
+    trees = [valid_tree(raw, gamma, gamma) for raw in raws][: len(acc.gates) + 1]
+    policy = TreePolicy.gated(acc.gates, trees)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    for passes in (None, Passes(arch, params, False), Passes(arch, params, True)):
+        dec = Decoder(loaded.model, arch, params, policy, passes=passes)
+        tokens = [t for s in decode(dec, prompt, 24) for t in s.tokens]
+        assert tokens[:24] == truth
+
+
+@pytest.mark.parametrize("compiled", [None, False, True])
+def test_each_bin_drafts_its_own_tree(tiny_models, compiled):
+    """Gates that every confidence reaches, or none does: every pass after the first drafts
+    the top bin's tree, or the bottom one's, on the host (None) and on the device."""
+    loaded = tiny_models["llama"]
+    prompt, truth = oracle_truth(loaded, 20)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    params = streams_for(loaded, 5, gamma=2, n_msa_layers=2, top_k=2)
+    trees = (((0,),), ((0,), (1,), (0, 0)))
+    for gates, nodes in (((-1.0,), 4), ((2.0,), 2)):
+        passes = None if compiled is None else Passes(arch, params, compiled)
+        dec = Decoder(loaded.model, arch, params, TreePolicy.gated(gates, trees), passes=passes)
+        steps = list(decode(dec, prompt, 20))
+        assert [t for s in steps for t in s.tokens][:20] == truth
+        assert steps[0].tree_nodes == 1 and {s.tree_nodes for s in steps[1:]} == {nodes}
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

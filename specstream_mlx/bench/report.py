@@ -68,7 +68,14 @@ def markdown(report: dict) -> str:
         if tree and tree.get("source") == "calibrated":
             lines.append(
                 f"\n{m['name']}: tree chosen for this device: paths {tree['paths']} "
-                f"({tree['nodes']} nodes), {tree['expected_tokens_per_pass']} tokens per pass and "
+                f"({tree['nodes']} nodes"
+                + (
+                    f"; gated by stream 1's confidence at {tree['gates']}: per bin "
+                    f"{tree['bin_trees']}"
+                    if tree.get("bin_trees")
+                    else ""
+                )
+                + f"), {tree['expected_tokens_per_pass']} tokens per pass and "
                 f"{tree['predicted_speedup']}x predicted"
                 + (
                     f" (a tree had to promise {need}x)"

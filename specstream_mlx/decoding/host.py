@@ -48,6 +48,10 @@ class Verified(Protocol):
     def stream_probs(self, m: int, depth: int, sampling) -> np.ndarray:
         """(depth, V) sampling distributions of the first `depth` streams of survivor m."""
 
+    def stream_confidence(self, m: int) -> float:
+        """Stream 1's confidence at survivor m: the probability of its top token (asked for
+        by gated trees and the acceptance probe only, which the PyTorch path does not run)."""
+
     def hidden(self, m: int):
         """Survivor m's normed last hidden state, or None (for drafters that read it)."""
 
@@ -75,7 +79,8 @@ class Drafting:
     streams: bool = False  # streams run (and can draft where the policy says so)
     drafter: Drafter | None = None  # drafts from elsewhere; the streams' when it has none
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
-    probe: list | None = None  # acceptance statistics: (tokens decided, streams' top tokens)
+    # acceptance statistics: (tokens decided, streams' top tokens, stream 1's confidence)
+    probe: list | None = None
     # A pass verifying the drafter's tree runs the streams too, so the next pass can draft from
     # them; False: lossless streams sit such passes out (the next one drafts nothing but the
     # drafter's, or runs the root alone with the streams)
@@ -120,6 +125,7 @@ class HostRun:
         self.history, self.root = history, history[-1]  # prompt and decided tokens; next root
         self.drafts: list = []  # the streams' proposals at the last accepted node
         self.hidden = None  # its normed last hidden state
+        self.confidence = 0.0  # stream 1's there (read where a gated tree or the probe needs it)
         self.sampling = None if sampling.greedy else sampling
         self.rng = rng_for(sampling.seed) if self.sampling is not None else None
         self.q: list | None = None
@@ -161,8 +167,9 @@ class HostRun:
         if self.sampling is not None:
             tree = cap_breadth_first(draft_tree(self.root, self.drafts), policy.max_nodes)
             return tree, 0, self.q
-        if policy.paths is not None:
-            return sparse_tree(self.root, self.drafts, policy.paths), 0, None
+        paths = policy.paths_at(self.confidence)
+        if paths is not None:
+            return sparse_tree(self.root, self.drafts, paths), 0, None
         drafted = [c[: policy.top_k] for c in self.drafts[: policy.depth]]
         if policy.prune_threshold == 0 and all(len(c) == 1 for c in drafted):
             drafted = drafted[: policy.max_nodes - 1]  # a chain cut to N nodes keeps N - 1 levels
@@ -200,5 +207,7 @@ class HostRun:
             self.drafts = d.override(self.history)
         else:
             self.drafts = p.out.stream_top(m, self._top_k())
+        if d.policy.gates or d.probe is not None:
+            self.confidence = p.out.stream_confidence(m)
         if d.probe is not None:
-            d.probe.append((len(self.history), self.drafts))
+            d.probe.append((len(self.history), self.drafts, self.confidence))

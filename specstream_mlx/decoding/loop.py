@@ -32,7 +32,7 @@ from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
 from .host import Drafter, Drafting, DraftOverride, HostRun, drive
 from .kv import compact
-from .passes import Passes, StepShape, compilable, top_k_ids
+from .passes import Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
 from .tree import Tree
@@ -56,7 +56,7 @@ class Decoder:
     passes: Passes | None = None  # passes on KV buffers (compiled or not); None: mlx-lm's caches
     kv_bits: int | None = None  # quantized KV caches (4 or 8): passes settle on the host
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
-    probe: list | None = None  # acceptance statistics: (tokens decided, streams' top tokens)
+    probe: list | None = None  # acceptance statistics (decoding.host.Drafting.probe)
     chain_streams: bool = True  # a pass verifying the drafter's chain runs the streams too
 
     @property
@@ -100,6 +100,7 @@ class State:
     hidden: mx.array | None = None  # its normed last hidden state (drafters that read it)
     offset: mx.array | None = None
     bound: int = 0
+    level: mx.array | None = None  # gated trees: the bin of stream 1's confidence at the root
 
 
 def decode(
@@ -119,7 +120,7 @@ def on_device(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
     """Whether every pass can settle on the device: nothing drafted from outside, a tree that
     is never cut, greedy unless nothing is drafted, plain KV buffers."""
     plain = dec.policy.depth == 0 or dec.streams is None
-    static = plain or dec.policy.fixed_paths() is not None
+    static = plain or dec.policy.static_trees() is not None
     return (
         dec.passes is not None
         and dec.drafter is None
@@ -163,10 +164,10 @@ class _Pending:
 
 
 class OnDevice:
-    """Passes settled on the device: plain decoding steps, or greedy passes of a static tree.
-    `issue` advances the state lazily, so the next pass is built before this one is read."""
-
-    pipelined = True
+    """Passes settled on the device: plain decoding steps, or greedy passes of a static tree
+    (or of one static tree per bin of stream 1's confidence). `issue` advances the state
+    lazily, so the next pass is built before this one is read; a gated tree's next pass
+    waits for this one's confidence instead."""
 
     def __init__(self, dec: Decoder, state: State, sampling: SamplingParams):
         self.dec, self.state = dec, state
@@ -174,33 +175,44 @@ class OnDevice:
         state.offset = mx.array(state.caches[0].offset, dtype=mx.int32)
         state.bound = state.caches[0].offset
         params, policy, n_streams = dec.streams, dec.policy, dec.n_streams
-        self.sample = None
-        self.draft = (0, 1)
-        if params is None or policy.depth == 0:  # plain decoding (a shared model's included)
+        self.sample, self.gates, self.trees = None, None, []
+        plain = params is None or policy.depth == 0  # a shared model's plain decoding included
+        self.draft = (0, 1) if plain else (policy.depth, policy.top_k)
+        self.first = StepShape.of(StaticShape.of((), self.draft[1]), params, n_streams)
+        if plain:
             self.sample = Sampler(sampling)
-            self.shapes = [StepShape.of(StaticShape.of((), 1), params, n_streams)]
         else:
-            self.draft = (policy.depth, policy.top_k)
-            paths = policy.fixed_paths()
-            self.shapes = [
+            self.trees = [
                 StepShape.of(StaticShape.of(p, policy.top_k), params, n_streams)
-                for p in ((), paths)
+                for p in policy.static_trees()
             ]
+            if policy.gates:
+                self.gates = mx.array(policy.gates, dtype=mx.float32)
+        self.pipelined = self.gates is None
         state.drafts = mx.zeros(self.draft, dtype=mx.uint32)
 
     def issue(self) -> _Pending:
         dec, state = self.dec, self.state
-        shape = self.shapes[0]
+        shape = self._shape()
         if self.sample is not None:
             logits = dec.passes.next_logits(shape, state, dec.n_streams)
             token = self.sample(logits)
             state.root = token.astype(mx.uint32)
             tokens, count = token.reshape(1), 1
         else:
-            tokens, count = dec.passes.step(shape, state, dec.n_streams, self.draft)
-            self.shapes = self.shapes[-1:]  # after the first pass: the whole tree
+            tokens, count = dec.passes.step(shape, state, dec.n_streams, self.draft, self.gates)
+            self.first = None
         mx.async_eval(tokens, count, state.offset)
         return _Pending(tokens, count, len(shape.tree), shape.depth + 1)
+
+    def _shape(self) -> StepShape:
+        """This pass's tree: the root alone first (nothing drafted yet), then the static tree,
+        or the tree of the bin the last pass's confidence fell in."""
+        if self.sample is not None or self.first is not None:
+            return self.first
+        if self.gates is None:
+            return self.trees[0]
+        return self.trees[self.state.level.item()]
 
     def settle(self, pending: _Pending) -> Step:
         count = pending.count if isinstance(pending.count, int) else pending.count.item()
@@ -291,6 +303,9 @@ class MlxVerified:
 
     def stream_probs(self, m: int, depth: int, sampling: SamplingParams) -> np.ndarray:
         return np.array(probabilities(self.out.streams_of(self.arch, m)[:depth], sampling))
+
+    def stream_confidence(self, m: int) -> float:
+        return confidence(self.out.streams_of(self.arch, m)[0]).item()
 
     def hidden(self, m: int):
         return None if self.out.main_hidden is None else self.out.main_hidden[m]

@@ -151,19 +151,27 @@ class Passes:
         state.bound += 1
         return main[0]
 
-    def step(self, shape: StepShape, state, n_streams: int, draft: tuple[int, int]):
+    def step(self, shape: StepShape, state, n_streams: int, draft: tuple[int, int], gates=None):
         """One greedy pass of a static tree from `state` (root, drafts, offset: arrays, maybe
         still lazy; caches), accepted on the device. `draft` = (streams, top_k) drafted from
         the accepted node. Returns (tokens (D + 1,), count): the accepted path's tokens and the
-        correction, the first `count` valid. `state` is advanced in place, lazily."""
+        correction, the first `count` valid. `state` is advanced in place, lazily; with `gates`
+        (an array of ascending confidences) `state.level` becomes the bin of stream 1's
+        confidence at the accepted node, which picks the next pass's tree."""
         cap = reserve(state.caches, state.bound + len(shape.tree))
-        key = ("step", len(shape.tree), shape.depth, n_streams, draft, cap)
-        fn = self._fn(key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft))
+        gated = gates is not None
+        key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, cap)
+        fn = self._fn(
+            key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft, gated)
+        )
         inputs = [state.root, state.drafts, state.offset, shape.arrays, shape.static]
-        tokens, count, state.root, state.drafts, state.offset, *states = fn(
+        inputs += [gates] if gated else []
+        tokens, count, state.root, state.drafts, state.offset, *rest = fn(
             *inputs, *_states(state.caches)
         )
-        _put(state.caches, states)
+        if gated:
+            state.level, *rest = rest
+        _put(state.caches, rest)
         state.bound += shape.depth + 1
         return tokens, count
 
@@ -222,11 +230,12 @@ class Passes:
 
         return run
 
-    def _step_fn(self, n: int, depth: int, n_streams: int, draft: tuple[int, int]):
+    def _step_fn(self, n: int, depth: int, n_streams: int, draft: tuple[int, int], gated: bool):
         arch = self.arch
         draft_depth, k = draft
 
         def run(root, drafts, offset, shape, static, *states):
+            gates, states = (states[0], states[1:]) if gated else (None, states)
             gather, parents, paths = static
             tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
             main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
@@ -244,7 +253,10 @@ class Passes:
                 else:
                     at_best = arch.lm_head(arch.norm(streams[best, :draft_depth]))
                 drafts = top_k_ids(at_best, k)  # (depth, k)
-            return out, count, greedy[best], drafts, offset + count, *new_states
+            moved = [out, count, greedy[best], drafts, offset + count]
+            if gated:
+                moved.append(confidence_level(at_best[0], gates))
+            return *moved, *new_states
 
         return run
 
@@ -263,6 +275,16 @@ def _compact(buffer: mx.array, offset: mx.array, path: mx.array) -> mx.array:
     """Rows offset + path moved to offset, offset + 1, ... (the accepted path kept in place)."""
     rows = mx.take(buffer, offset + path, axis=2)
     return mx.slice_update(buffer, rows, offset[None], axes=(2,))
+
+
+def confidence(logits: mx.array) -> mx.array:
+    """A stream's confidence: the probability of its top token, from its (V,) logits."""
+    return mx.max(mx.softmax(logits.astype(mx.float32), axis=-1))
+
+
+def confidence_level(logits: mx.array, gates: mx.array) -> mx.array:
+    """The bin of the confidence among ascending `gates`: how many it reaches."""
+    return mx.sum(confidence(logits) >= gates)
 
 
 def top_k_ids(logits: mx.array, k: int) -> mx.array:

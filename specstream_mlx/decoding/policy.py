@@ -5,6 +5,7 @@ speculative generation there, and kept on the session (calibration.tuned), not p
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ class TreePolicy:
     prune_threshold: float = 0.0  # early-exit transition probability below which a child goes
     depth: int = 0  # streams the draft is taken from (0: nothing drafted from the streams)
     paths: tuple[RankPath, ...] | None = None  # a static sparse tree; None: every stream's top_k
+    # gated: one static tree per bin of stream 1's confidence at the accepted node (the
+    # probability of its top token); bins[b] is drafted where gates[b - 1] <= it < gates[b]
+    gates: tuple[float, ...] = ()
+    bins: tuple[tuple[RankPath, ...], ...] = ()
 
     @classmethod
     def of(cls, cfg) -> TreePolicy:
@@ -38,10 +43,42 @@ class TreePolicy:
         depth = max((len(p) for p in paths), default=0)
         return cls(top_k, len(paths) + 1, 0.0, depth, paths)
 
+    @classmethod
+    def gated(cls, gates, bins) -> TreePolicy:
+        """A static tree per bin of stream 1's confidence (`gates`: the bins' inner edges,
+        ascending, one fewer than the trees); () drafts nothing in its bin."""
+        bins = tuple(tuple(tuple(p) for p in paths) for paths in bins)
+        gates = tuple(float(g) for g in gates)
+        if len(bins) != len(gates) + 1 or list(gates) != sorted(gates):
+            raise ValueError(f"{len(bins)} trees for {len(gates)} ascending gates")
+        if len(set(bins)) == 1:
+            return cls.static(bins[0])
+        every = [p for paths in bins for p in paths]
+        top_k = 1 + max((r for p in every for r in p), default=0)
+        depth = max((len(p) for p in every), default=0)
+        nodes = 1 + max(len(paths) for paths in bins)
+        return cls(top_k, nodes, 0.0, depth, None, gates, bins)
+
+    def paths_at(self, confidence: float) -> tuple[RankPath, ...] | None:
+        """The static tree drafted at this confidence of stream 1 (None: not a static tree)."""
+        if not self.bins:
+            return self.paths
+        return self.bins[bisect.bisect_right(self.gates, confidence)]
+
+    def static_trees(self) -> tuple[tuple[RankPath, ...], ...] | None:
+        """Every tree a pass may draft, as rank paths, when none is ever cut (one per
+        confidence bin when gated): each pass's shape is then known before it runs, so
+        acceptance and the next draft can stay on the device. None when pruning may cut it."""
+        if self.bins:
+            return self.bins
+        paths = self.fixed_paths()
+        return None if paths is None else (paths,)
+
     def fixed_paths(self) -> tuple[RankPath, ...] | None:
-        """The tree as rank paths when its shape never changes (nothing can be pruned): every
-        pass then has the same shape, so acceptance and the next draft can stay on the device.
-        None when pruning may cut it."""
+        """The tree as rank paths when its shape never changes (nothing can be pruned, no
+        gating): every pass then has the same shape. None when pruning may cut it."""
+        if self.bins:
+            return None
         if self.paths is not None:
             return self.paths
         levels = [

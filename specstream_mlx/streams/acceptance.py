@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import SpecstreamError
 
 Path_ = tuple[int, ...]
 PROBE_TOP_K = 8  # ranks counted per stream; a target outside the top 8 ends its path
 ACCEPTANCE_FILE = "acceptance.json"
+CONFIDENCE_BINS = 4  # positions split by stream 1's confidence: its quartiles
 
 
 @dataclass
@@ -31,10 +34,24 @@ class Acceptance:
     # the earlier streams did (None: statistics saved before these were kept)
     top1: list[int] | None = None
     top3: list[int] | None = None
+    # the same counts split by stream 1's confidence (the probability of its top token):
+    # bins[b] holds the positions with gates[b - 1] <= confidence < gates[b] (None: not kept)
+    gates: tuple[float, ...] = ()
+    bins: list[Acceptance] | None = None
 
     @classmethod
-    def from_ranks(cls, ranks: Sequence[Sequence[int]], gamma: int, source: str = ""):
-        """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted)."""
+    def from_ranks(
+        cls,
+        ranks: Sequence[Sequence[int]],
+        gamma: int,
+        source: str = "",
+        confidence: Sequence[float] | None = None,
+    ):
+        """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted);
+        confidence: per position, stream 1's probability of its top token, which splits the
+        counts into CONFIDENCE_BINS bins at its quantiles."""
+        if confidence is not None:
+            return cls._binned(ranks, gamma, source, confidence)
         counts: dict[Path_, int] = {}
         top1, top3 = [0] * gamma, [0] * gamma
         for row in ranks:
@@ -48,6 +65,28 @@ class Acceptance:
                 path += (int(rank),)
                 counts[path] = counts.get(path, 0) + 1
         return cls(gamma, len(ranks), counts, source, top1, top3)
+
+    @classmethod
+    def _binned(cls, ranks, gamma: int, source: str, confidence: Sequence[float]) -> Acceptance:
+        conf = np.asarray(confidence, dtype=float)
+        if len(conf) != len(ranks):
+            raise SpecstreamError(f"{len(conf)} confidences for {len(ranks)} positions")
+        whole = cls.from_ranks(ranks, gamma, source)
+        conf = np.round(conf, 4)
+        qs = np.quantile(conf, np.arange(1, CONFIDENCE_BINS) / CONFIDENCE_BINS) if len(conf) else []
+        gates = sorted({round(float(q), 4) for q in qs})
+        while True:  # ties leave bins empty: each merges into its neighbour
+            which = np.searchsorted(gates, conf, side="right")
+            empty = np.flatnonzero(np.bincount(which, minlength=len(gates) + 1) == 0)
+            if not len(empty) or not gates:
+                break
+            del gates[min(int(empty[0]), len(gates) - 1)]
+        whole.gates = tuple(gates)
+        whole.bins = [
+            cls.from_ranks([r for r, b in zip(ranks, which, strict=True) if b == i], gamma, source)
+            for i in range(len(gates) + 1)
+        ]
+        return whole
 
     def probability(self, path: Path_) -> float:
         return self.counts.get(path, 0) / self.positions if self.positions else 0.0
@@ -83,7 +122,7 @@ class Acceptance:
         }
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "format_version": 1,
             "gamma": self.gamma,
             "top_k": PROBE_TOP_K,
@@ -92,6 +131,12 @@ class Acceptance:
             "counts": {".".join(map(str, p)): n for p, n in sorted(self.counts.items())},
             **({"top1": self.top1, "top3": self.top3} if self.top1 is not None else {}),
         }
+        if self.bins is not None:
+            out["by_confidence"] = {
+                "gates": list(self.gates),
+                "bins": [{k: b.to_dict()[k] for k in ("positions", "counts")} for b in self.bins],
+            }
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Acceptance:
@@ -128,6 +173,8 @@ class Acceptance:
                 "bad acceptance statistics: a path deeper than gamma, a negative rank or count, "
                 "a path counted more often than its parent, or per-stream hits that do not fit"
             )
+        if "by_confidence" in data:
+            out.gates, out.bins = _bins_from_dict(data["by_confidence"], out)
         return out
 
     @classmethod
@@ -159,6 +206,34 @@ class Acceptance:
         )
 
 
+def _bins_from_dict(data, whole: Acceptance) -> tuple[tuple[float, ...], list[Acceptance]]:
+    """by_confidence's gates and per-bin counts, checked against the whole counts."""
+    try:
+        gates = tuple(float(g) for g in data["gates"])
+        bins = [
+            Acceptance.from_dict({"gamma": whole.gamma, "source": whole.source, **b})
+            for b in data["bins"]
+        ]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise SpecstreamError(f"bad acceptance statistics by confidence: {exc!r}") from None
+    summed: dict[Path_, int] = {}
+    for b in bins:
+        for p, n in b.counts.items():
+            summed[p] = summed.get(p, 0) + n
+    whole_counts = {p: n for p, n in whole.counts.items() if n}
+    if (
+        len(bins) != len(gates) + 1
+        or list(gates) != sorted(gates)
+        or sum(b.positions for b in bins) != whole.positions
+        or {p: n for p, n in summed.items() if n} != whole_counts
+    ):
+        raise SpecstreamError(
+            "bad acceptance statistics by confidence: the bins do not add up to the counts, "
+            "or their gates are not one fewer than the bins, in order"
+        )
+    return gates, bins
+
+
 def describe_rates(rates: dict) -> str:
     """One line of `Acceptance.rates()` for a terminal or a markdown report."""
     alone = (
@@ -171,17 +246,20 @@ def describe_rates(rates: dict) -> str:
     )
 
 
-def ranks_of(history: Sequence[int], probes: Sequence[tuple[int, list[list[int]]]]) -> list:
-    """Rank rows from a greedy decode: each probe is (h, top) where top[j] lists stream j's best
-    tokens proposed when the context held h tokens, so stream j's target is history[h + j].
-    Probes whose targets are not all known yet are skipped."""
+def ranks_of(history: Sequence[int], probes: Sequence[tuple]) -> list:
+    """Rank rows from a greedy decode: each probe is (h, top, ...) where top[j] lists stream
+    j's best tokens proposed when the context held h tokens, so stream j's target is
+    history[h + j]. Probes whose targets are not all known yet are skipped."""
     rows = []
-    for h, top in probes:
-        if h + len(top) > len(history):
-            continue
+    for h, top, *_ in known(history, probes):
         row = []
         for j, best in enumerate(top):
             target = history[h + j]
             row.append(best.index(target) if target in best else PROBE_TOP_K)
         rows.append(row)
     return rows
+
+
+def known(history: Sequence[int], probes: Sequence[tuple]) -> list[tuple]:
+    """The probes whose every stream's target is in `history`."""
+    return [p for p in probes if p[0] + len(p[1]) <= len(history)]
