@@ -28,7 +28,7 @@ import numpy as np
 from .backend import device_name, preload_blas
 from .decoding.loop import Decoder, decode, make_cache
 from .decoding.passes import Passes, compilable
-from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_gated, choose_tree
+from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_tree, choose_walked
 from .decoding.policy import TreePolicy
 from .decoding.tree import Tree
 from .decoding.tree_step import ONE_HEAD_PASS_ROWS
@@ -503,8 +503,9 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
     if shared:  # the main stream attends to the streams, and they to the guess
         plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
         plain += curve.head(1) if cfg.next_token_guess else 0.0
-    static = choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
-    return choose_gated(acceptance, pass_ms, static)
+    if acceptance.trace is not None and acceptance.positions:
+        return choose_walked(acceptance, pass_ms, plain, required_gain(curve))
+    return choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
 
 
 def required_gain(curve: LatencyCurve) -> float:
@@ -548,7 +549,7 @@ def measure_acceptance(
 
     arch = arch_of(loaded.model, loaded.config["model_type"])
     policy = TreePolicy()  # nothing drafted: a probe at every position
-    rows, confidence = [], []
+    rows, confidence, starts = [], [], []
     for number, prompt in enumerate(prompts, start=1):
         ids = prompt if isinstance(prompt, list) else encode_prompt(loaded, prompt)
         budget = min(max_tokens, loaded.context_length - len(ids))
@@ -563,10 +564,11 @@ def measure_acceptance(
             if any(t in loaded.eos_token_ids for t in step.tokens):
                 steps.close()
                 break
+        starts.append(len(rows))
         rows += ranks_of(history, probe)
         confidence += [c for _, _, c in known(history, probe)]
         if on_prompt:
             on_prompt(number, len(prompts), len(rows))
     if not rows:
         raise SpecstreamError("no position to count: the prompts gave no continuation")
-    return Acceptance.from_ranks(rows, params.config.gamma, source, confidence)
+    return Acceptance.from_ranks(rows, params.config.gamma, source, confidence, starts)

@@ -20,8 +20,8 @@ from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.plan import (
     Acceptance,
     best_paths,
-    choose_gated,
     choose_tree,
+    choose_walked,
     expected_tokens,
     ranks_of,
     sparse_tree,
@@ -128,57 +128,72 @@ def test_choice_follows_the_cost_of_nodes():
     assert shallow.predicted_speedup == pytest.approx(1.8 / 15.3 * 10)
 
 
-def test_acceptance_splits_by_stream_ones_confidence():
-    """Counts split at the quartiles of stream 1's confidence, the bins adding up to the
-    whole; they survive the file and a file whose bins do not add up is refused."""
+def test_acceptance_keeps_its_trace_and_splits_by_stream_ones_confidence():
+    """With stream 1's confidence at each position the positions are kept in order (a trace)
+    and the counts split at its quartiles, the bins adding up to the whole; the trace survives
+    the file, and a trace that does not give the file's counts is refused."""
     ranks = [[0, 0], [0, 9], [1, 0], [9, 9]] * 25 + [[0, 0]] * 4
     confidence = [0.9, 0.6, 0.3, 0.05] * 25 + [0.95] * 4
-    acc = Acceptance.from_ranks(ranks, gamma=2, source="test", confidence=confidence)
+    acc = Acceptance.from_ranks(ranks, 2, "test", confidence, starts=[0, 50, 50, 200])
     assert acc.positions == 104 and len(acc.gates) == 3 and len(acc.bins) == 4
-    assert list(acc.gates) == sorted(acc.gates)
+    assert list(acc.gates) == sorted(acc.gates) and acc.trace.starts == (0, 50)
     assert sum(b.positions for b in acc.bins) == 104
     assert acc.bins[-1].counts == {(0,): 29, (0, 0): 29}  # every 0.9 and 0.95: both right
     assert acc.bins[0].counts == {}  # confidence 0.05: ranks 9, nothing counted
     again = Acceptance.from_dict(json.loads(json.dumps(acc.to_dict())))
-    assert again.gates == acc.gates and [b.counts for b in again.bins] == [
-        b.counts for b in acc.bins
-    ]
+    assert again.gates == acc.gates and again.trace.starts == (0, 50)
+    assert [b.counts for b in again.bins] == [b.counts for b in acc.bins]
+    assert again.trace.ranks.tolist() == [[min(r, 8) for r in row] for row in ranks]
     bad = acc.to_dict()
-    bad["by_confidence"]["bins"][0]["positions"] += 1
-    with pytest.raises(SpecstreamError, match="do not add up"):
+    bad["trace"]["ranks"][0] = "88"  # no longer the counts' first position
+    with pytest.raises(SpecstreamError, match="does not give the counts"):
+        Acceptance.from_dict(bad)
+    bad["trace"]["ranks"][0] = "0x"
+    with pytest.raises(SpecstreamError, match="bad acceptance trace"):
         Acceptance.from_dict(bad)
     with pytest.raises(SpecstreamError, match="confidences for"):
-        Acceptance.from_ranks(ranks, gamma=2, confidence=confidence[:-1])
+        Acceptance.from_ranks(ranks, 2, confidence=confidence[:-1])
 
 
-def test_gated_trees_draft_deep_where_the_streams_are_sure():
-    """Half the positions sure (both streams right), half not (never right): one tree for all
-    drafts nothing that pays on a dear device, a tree per bin drafts a chain where sure."""
-    ranks = [[0, 0]] * 100 + [[9, 9]] * 100
-    confidence = [0.9] * 100 + [0.1] * 100
-    acc = Acceptance.from_ranks(ranks, gamma=2, confidence=confidence)
+def test_walked_trees_draft_deep_where_the_streams_are_sure():
+    """99 sure positions (both streams right, confidence 0.9), then 100 unsure ones (never
+    right, 0.1). Walked pass by pass, no single tree beats plain decoding; a tree per bin
+    drafts a chain where sure (33 passes of 3 tokens, 19 ms) and the root alone where not (100
+    passes of 1 token, 11 ms: the streams run for the next draft)."""
+    ranks = [[0, 0]] * 99 + [[9, 9]] * 100
+    acc = Acceptance.from_ranks(ranks, 2, confidence=[0.9] * 99 + [0.1] * 100)
 
     def pass_ms(nodes, depth):
-        return 10 + 2 * depth + 4 * (nodes - 1)
+        return 10 + 0.5 * depth + 4 * (nodes - 1)
 
-    static = choose_tree(acc, pass_ms, plain_ms=10)
-    gated = choose_gated(acc, pass_ms, static)
-    assert gated.bins[0] == () and gated.bins[-1] == ((0,), (0, 0))
-    # sure positions: 3 tokens for 22 ms; unsure: 1 for 14 ms (the streams run for the next)
-    assert gated.predicted_speedup == pytest.approx((1.0 + 3.0) / (14 + 22) * 10, rel=1e-6)
-    assert gated.predicted_speedup > static.predicted_speedup * 1.02
-    assert gated.policy().paths_at(0.95) == ((0,), (0, 0)) and gated.policy().paths_at(0.0) == ()
-    assert gated.to_dict()["bin_trees"][-1] == [[0], [0, 0]]
+    plan = choose_walked(acc, pass_ms, plain_ms=10)
+    assert plan.gates == (0.9,) and plan.bins == ((), ((0,), (0, 0)))
+    assert plan.expected_tokens == pytest.approx(199 / 133)
+    assert plan.predicted_speedup == pytest.approx(199 / (33 * 19 + 100 * 11) * 10)
+    assert choose_tree(acc, pass_ms, plain_ms=10).paths == ((0,), (0, 0))  # counted, not walked
+    assert plan.policy().paths_at(0.95) == ((0,), (0, 0)) and plan.policy().paths_at(0.0) == ()
+    assert plan.to_dict()["bin_trees"] == [[], [[0], [0, 0]]]
     from specstream_apps.calibrate_cmd import describe_tree
 
-    line = describe_tree("sure", gated.to_dict(), drift=0.0)
-    assert "the root alone from 0.0" in line and "3 nodes [[0], [0, 0]] from 0.5" in line
-    # confidence that tells nothing: no tree per bin beats one tree for all
-    flat = Acceptance.from_ranks(ranks, gamma=2, confidence=[0.5, 0.4] * 100)
-    assert choose_gated(flat, pass_ms, choose_tree(flat, pass_ms, 10)).bins == ()
+    line = describe_tree("sure", plan.to_dict(), drift=0.0)
+    assert "the root alone from 0.0" in line and "3 nodes [[0], [0, 0]] from 0.9" in line
+    # confidence that tells nothing: one tree for all (here none)
+    flat = Acceptance.from_ranks(ranks, 2, confidence=[0.5, 0.4] * 99 + [0.5])
+    assert choose_walked(flat, pass_ms, 10).bins == ()
     # too few positions in a bin to trust it: one tree
-    few = Acceptance.from_ranks(ranks[:60] + ranks[-60:], gamma=2, confidence=confidence[:120])
-    assert choose_gated(few, pass_ms, choose_tree(few, pass_ms, 10)).bins == ()
+    few = Acceptance.from_ranks(ranks[:40] + ranks[-40:], 2, confidence=[0.9] * 40 + [0.1] * 40)
+    assert choose_walked(few, pass_ms, 10).bins == ()
+
+
+def test_the_walk_prices_a_tree_by_the_passes_a_decode_makes():
+    """Counted, stream 1 is right at half the positions; walked, a pass that accepts its
+    draft skips the next position, so when right and wrong alternate every pass lands on a
+    right one: 2 tokens a pass where counting says 1.5."""
+    ranks = [[0], [9]] * 50
+    acc = Acceptance.from_ranks(ranks, 1, confidence=[0.5] * 100)
+    plan = choose_walked(acc, lambda nodes, depth: 10.0 + (nodes - 1), plain_ms=10)
+    assert plan.paths == ((0,),) and plan.expected_tokens == pytest.approx(2.0)
+    assert choose_tree(acc, lambda nodes, depth: 10.0 + (nodes - 1), 10).expected_tokens == 1.5
 
 
 def test_gated_policy_picks_its_bins_tree():

@@ -8,16 +8,22 @@ node count N the N most probable paths form the best tree of that size (a child 
 probable than its parent), as in Medusa's optimal trees; the device's cost of a pass of that
 tree then picks N and the depth (`choose_tree`).
 
-Where the statistics are split by stream 1's confidence (`Acceptance.bins`), a tree per bin can
-do better than one for every position: a deep tree where the streams are sure, the root alone
-where they are not (`choose_gated`, beyond the paper; cf. EAGLE-2's confidence-shaped trees).
+Counting every position alike overstates what a tree gives: a decode's passes start only where
+the last accepted path ended, and the positions inside accepted paths, skipped, are the easy
+ones. Where the statistics keep their positions in order (`Acceptance.trace`) the planner walks
+them as a decode would, pass by pass (`choose_walked`): the same trees, priced by what they
+give on that walk. The walk also weighs a tree per bin of stream 1's confidence against one
+tree for all (beyond the paper; EAGLE-2 shapes its trees by draft confidence too): a deep tree
+where the streams are sure, the root alone where they are not.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from ..streams.acceptance import ACCEPTANCE_FILE, PROBE_TOP_K, Acceptance, Path_, ranks_of
 from .policy import TreePolicy
@@ -34,6 +40,7 @@ MIN_GAIN = 1.03
 # promise this much over the best single tree, and every bin must hold this many positions.
 GATED_GAIN = 1.02
 MIN_BIN_POSITIONS = 50
+MAX_WALK_NODES = 16  # trees walked over a trace: up to this many nodes, root included
 
 
 @dataclass(frozen=True)
@@ -149,54 +156,114 @@ def choose_tree(
     return TreePlan(best.paths, best.expected_tokens, best.pass_ms, plain_ms, candidates, min_gain)
 
 
-def choose_gated(
-    acceptance: Acceptance, pass_ms: Callable[[int, int], float], static: TreePlan
+def choose_walked(
+    acceptance: Acceptance,
+    pass_ms: Callable[[int, int], float],
+    plain_ms: float,
+    min_gain: float = MIN_GAIN,
 ) -> TreePlan:
-    """A tree per bin of stream 1's confidence, where that promises GATED_GAIN times the best
-    single tree (`static`, chosen by choose_tree); `static` otherwise. Every pass then runs
-    the streams its deepest bin drafts, so each streams depth is tried in turn; for one depth
-    the trees maximising the expected tokens per ms over all bins are found by Dinkelbach's
-    iteration (each bin's best tree at the current rate, then the rate those trees give)."""
-    bins = acceptance.bins
-    if not bins or min(b.positions for b in bins) < MIN_BIN_POSITIONS:
-        return static
-    shares = [b.positions / acceptance.positions for b in bins]
-    best = None
+    """choose_tree over the acceptance's trace (which it must have): each candidate tree priced
+    by walking the trace pass by pass; then, where every confidence bin holds MIN_BIN_POSITIONS,
+    a tree per bin, kept where it gives GATED_GAIN times the best single tree. Per streams depth
+    the bins' trees are improved one bin at a time (each bin's candidates tried with the others
+    fixed, twice over), starting from the best single tree."""
+    walker = _Walker(acceptance)
+    best = TreePlan((), 1.0, plain_ms, plain_ms)
+    candidates = [(1, 0, 1.0)]
     for depth in range(1, acceptance.gamma + 1):
-        options = [_prefix_trees(b, depth) for b in bins]
-        rate = static.expected_tokens / static.pass_ms
-        for _ in range(32):
-            chosen = [
-                max(opts, key=lambda t: t[1] - rate * pass_ms(len(t[0]) + 1, depth))
-                for opts in options
-            ]
-            tokens = math.fsum(w * t[1] for w, t in zip(shares, chosen, strict=True))
-            ms = math.fsum(
-                w * pass_ms(len(t[0]) + 1, depth) for w, t in zip(shares, chosen, strict=True)
-            )
-            if abs(tokens / ms - rate) < 1e-12:
-                break
-            rate = tokens / ms
-        if best is None or tokens / ms > best[1] / best[2]:
-            best = (chosen, tokens, ms)
-    chosen, tokens, ms = best
-    trees = tuple(t[0] for t in chosen)
-    static_rate = static.expected_tokens / static.pass_ms
-    need = max(GATED_GAIN * static_rate, static.min_gain / static.plain_ms)
-    if not any(trees) or tokens / ms <= need:
+        for tree, _ in _prefix_trees(acceptance, depth)[1:MAX_WALK_NODES]:
+            if max(len(p) for p in tree) != depth:
+                continue  # counted under a smaller depth, whose streams cost less
+            plan = walker.plan([tree] * walker.n_bins, depth, pass_ms, plain_ms)
+            candidates.append((plan.nodes, depth, round(plan.predicted_speedup, 3)))
+            bar = best.predicted_speedup * (min_gain if not best.paths else 1.0)
+            if plan.predicted_speedup > bar + 1e-9:
+                best = plan
+    static = replace(best, candidates=candidates, min_gain=min_gain)
+    bins = acceptance.bins
+    if not bins or len(bins) < 2 or min(b.positions for b in bins) < MIN_BIN_POSITIONS:
         return static
-    union = tuple(sorted({p for t in trees for p in t}, key=lambda p: (len(p), p)))
-    return TreePlan(
-        union,
-        tokens,
-        ms,
-        static.plain_ms,
-        static.candidates,
-        static.min_gain,
-        acceptance.gates,
-        trees,
-        tuple(shares),
-    )
+    gated = static
+    for depth in range(1, acceptance.gamma + 1):
+        options = [[t for t, _ in _prefix_trees(b, depth)[:MAX_WALK_NODES]] for b in bins]
+        start = tuple(p for p in static.paths if len(p) <= depth)
+        trees = [start] * len(bins)
+        plan = walker.plan(trees, depth, pass_ms, plain_ms)
+        for _ in range(2):
+            for b, opts in enumerate(options):
+                for tree in opts:
+                    other = [*trees[:b], tree, *trees[b + 1 :]]
+                    tried = walker.plan(other, depth, pass_ms, plain_ms)
+                    if tried.predicted_speedup > plan.predicted_speedup + 1e-9:
+                        plan, trees = tried, other
+        if plan.predicted_speedup > gated.predicted_speedup:
+            gated = plan
+    need = max(GATED_GAIN * static.predicted_speedup, min_gain)
+    if not gated.bins or gated.predicted_speedup <= need:
+        return static
+    return replace(gated, candidates=candidates, min_gain=min_gain)
+
+
+class _Walker:
+    """A decode's passes over an acceptance trace: each pass starts where the last accepted path
+    ended, drafts the tree of the bin its confidence falls in, and accepts the longest path
+    of it that the recorded ranks follow."""
+
+    def __init__(self, acceptance: Acceptance):
+        trace = acceptance.trace
+        self.gates = acceptance.gates
+        self.n_bins = len(self.gates) + 1
+        self.level = np.searchsorted(self.gates, trace.confidence, side="right")
+        self.prefixes = [_prefixes(row) for row in trace.ranks.tolist()]
+        self.ends = [*trace.starts[1:], len(trace.ranks)]
+        self.starts = trace.starts
+        self._accepted: dict[tuple, list[int]] = {}
+
+    def plan(self, trees: list, depth: int, pass_ms, plain_ms: float) -> TreePlan:
+        """The plan drafting trees[b] in bin b, its streams `depth` deep: tokens and ms per pass
+        over the walk (one tree for all: a static plan)."""
+        accepted = [self._accepted_in(tuple(t)) for t in trees]
+        cost = [pass_ms(1 + len(t), depth) for t in trees]
+        tokens = passes = 0
+        ms = 0.0
+        for start, end in zip(self.starts, self.ends, strict=True):
+            p = start
+            while p < end:
+                b = self.level[p]
+                step = accepted[b][p] + 1
+                tokens += min(step, end - p)
+                ms += cost[b]
+                passes += 1
+                p += step
+        trees = tuple(tuple(t) for t in trees)
+        passes = max(passes, 1)
+        if len(set(trees)) == 1:
+            return TreePlan(trees[0], tokens / passes, ms / passes, plain_ms)
+        union = tuple(sorted({p for t in trees for p in t}, key=lambda p: (len(p), p)))
+        shares = tuple(float(np.mean(self.level == b)) for b in range(self.n_bins))
+        return TreePlan(
+            union, tokens / passes, ms / passes, plain_ms, [], MIN_GAIN, self.gates, trees, shares
+        )
+
+    def _accepted_in(self, tree: tuple) -> list[int]:
+        """Per position, the drafted tokens a pass of `tree` accepts there."""
+        found = self._accepted.get(tree)
+        if found is None:
+            paths = set(tree)
+            found = [sum(p in paths for p in pre) for pre in self.prefixes]
+            self._accepted[tree] = found
+        return found
+
+
+def _prefixes(ranks: list[int]) -> list[Path_]:
+    """A position's rank paths from stream 1 on, up to its first target not proposed."""
+    out, path = [], ()
+    for rank in ranks:
+        if rank >= PROBE_TOP_K:
+            break
+        path += (rank,)
+        out.append(path)
+    return out
 
 
 def _prefix_trees(acceptance: Acceptance, depth: int) -> list[tuple[tuple[Path_, ...], float]]:

@@ -19,6 +19,47 @@ ACCEPTANCE_FILE = "acceptance.json"
 CONFIDENCE_BINS = 4  # positions split by stream 1's confidence: its quartiles
 
 
+@dataclass(frozen=True)
+class Trace:
+    """The probed positions in decoding order, which is what a speculative decode's passes walk
+    (each pass starts where the last one's accepted path ended): per position, the rank of each
+    stream's target and stream 1's confidence (the probability of its top token); `starts`:
+    where each decode's positions begin."""
+
+    ranks: np.ndarray  # (P, gamma) ints, PROBE_TOP_K where the target was not proposed
+    confidence: np.ndarray  # (P,)
+    starts: tuple[int, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "starts": list(self.starts),
+            "ranks": ["".join(str(int(r)) for r in row) for row in self.ranks],
+            "confidence": [round(float(c), 4) for c in self.confidence],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, gamma: int) -> Trace:
+        try:
+            ranks = np.array([[int(c) for c in row] for row in data["ranks"]], dtype=np.int64)
+            confidence = np.array([float(c) for c in data["confidence"]])
+            starts = tuple(int(i) for i in data["starts"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SpecstreamError(f"bad acceptance trace: {exc!r}") from None
+        n = len(confidence)
+        if (
+            ranks.shape != (n, gamma)
+            or (n and (ranks.min() < 0 or ranks.max() > PROBE_TOP_K))
+            or not np.all((confidence >= 0) & (confidence <= 1))
+            or list(starts) != sorted(set(starts))
+            or (starts and (starts[0] != 0 or starts[-1] >= n))
+        ):
+            raise SpecstreamError(
+                f"bad acceptance trace: {n} positions of {gamma} ranks from 0 to {PROBE_TOP_K}, "
+                "confidences between 0 and 1 and ascending starts from 0 expected"
+            )
+        return cls(ranks.reshape(n, gamma), confidence, starts)
+
+
 @dataclass
 class Acceptance:
     """How often the targets of gamma streams sat at each rank path, over `positions` positions.
@@ -34,8 +75,9 @@ class Acceptance:
     # the earlier streams did (None: statistics saved before these were kept)
     top1: list[int] | None = None
     top3: list[int] | None = None
-    # the same counts split by stream 1's confidence (the probability of its top token):
-    # bins[b] holds the positions with gates[b - 1] <= confidence < gates[b] (None: not kept)
+    trace: Trace | None = None  # the positions in order (None: only counted)
+    # with a trace, the counts split by stream 1's confidence at its quartiles: bins[b] holds
+    # the positions with gates[b - 1] <= confidence < gates[b]
     gates: tuple[float, ...] = ()
     bins: list[Acceptance] | None = None
 
@@ -46,12 +88,14 @@ class Acceptance:
         gamma: int,
         source: str = "",
         confidence: Sequence[float] | None = None,
+        starts: Sequence[int] = (0,),
     ):
-        """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted);
-        confidence: per position, stream 1's probability of its top token, which splits the
-        counts into CONFIDENCE_BINS bins at its quantiles."""
+        """ranks: per position, the rank of each stream's target (>= PROBE_TOP_K: not drafted).
+        With `confidence` (per position, stream 1's probability of its top token) the positions
+        are kept in order as a trace (`starts`: where each decode begins) and the counts split
+        into CONFIDENCE_BINS bins at the confidence's quantiles."""
         if confidence is not None:
-            return cls._binned(ranks, gamma, source, confidence)
+            return cls._traced(ranks, gamma, source, confidence, starts)
         counts: dict[Path_, int] = {}
         top1, top3 = [0] * gamma, [0] * gamma
         for row in ranks:
@@ -67,12 +111,14 @@ class Acceptance:
         return cls(gamma, len(ranks), counts, source, top1, top3)
 
     @classmethod
-    def _binned(cls, ranks, gamma: int, source: str, confidence: Sequence[float]) -> Acceptance:
-        conf = np.asarray(confidence, dtype=float)
-        if len(conf) != len(ranks):
-            raise SpecstreamError(f"{len(conf)} confidences for {len(ranks)} positions")
+    def _traced(cls, ranks, gamma: int, source: str, confidence, starts) -> Acceptance:
+        if len(confidence) != len(ranks):
+            raise SpecstreamError(f"{len(confidence)} confidences for {len(ranks)} positions")
         whole = cls.from_ranks(ranks, gamma, source)
-        conf = np.round(conf, 4)
+        rows = np.minimum(np.array(ranks, dtype=np.int64).reshape(len(ranks), gamma), PROBE_TOP_K)
+        conf = np.round(np.asarray(confidence, dtype=float), 4)
+        starts = tuple(sorted({0, *(i for i in starts if 0 <= i < len(rows))})) if len(rows) else ()
+        whole.trace = Trace(rows, conf, starts)
         qs = np.quantile(conf, np.arange(1, CONFIDENCE_BINS) / CONFIDENCE_BINS) if len(conf) else []
         gates = sorted({round(float(q), 4) for q in qs})
         while True:  # ties leave bins empty: each merges into its neighbour
@@ -83,8 +129,7 @@ class Acceptance:
             del gates[min(int(empty[0]), len(gates) - 1)]
         whole.gates = tuple(gates)
         whole.bins = [
-            cls.from_ranks([r for r, b in zip(ranks, which, strict=True) if b == i], gamma, source)
-            for i in range(len(gates) + 1)
+            cls.from_ranks(rows[which == i].tolist(), gamma, source) for i in range(len(gates) + 1)
         ]
         return whole
 
@@ -131,11 +176,8 @@ class Acceptance:
             "counts": {".".join(map(str, p)): n for p, n in sorted(self.counts.items())},
             **({"top1": self.top1, "top3": self.top3} if self.top1 is not None else {}),
         }
-        if self.bins is not None:
-            out["by_confidence"] = {
-                "gates": list(self.gates),
-                "bins": [{k: b.to_dict()[k] for k in ("positions", "counts")} for b in self.bins],
-            }
+        if self.trace is not None:
+            out["trace"] = self.trace.to_dict()
         return out
 
     @classmethod
@@ -173,8 +215,8 @@ class Acceptance:
                 "bad acceptance statistics: a path deeper than gamma, a negative rank or count, "
                 "a path counted more often than its parent, or per-stream hits that do not fit"
             )
-        if "by_confidence" in data:
-            out.gates, out.bins = _bins_from_dict(data["by_confidence"], out)
+        if "trace" in data:
+            return _traced(out, Trace.from_dict(data["trace"], out.gamma))
         return out
 
     @classmethod
@@ -206,32 +248,16 @@ class Acceptance:
         )
 
 
-def _bins_from_dict(data, whole: Acceptance) -> tuple[tuple[float, ...], list[Acceptance]]:
-    """by_confidence's gates and per-bin counts, checked against the whole counts."""
-    try:
-        gates = tuple(float(g) for g in data["gates"])
-        bins = [
-            Acceptance.from_dict({"gamma": whole.gamma, "source": whole.source, **b})
-            for b in data["bins"]
-        ]
-    except (KeyError, ValueError, TypeError) as exc:
-        raise SpecstreamError(f"bad acceptance statistics by confidence: {exc!r}") from None
-    summed: dict[Path_, int] = {}
-    for b in bins:
-        for p, n in b.counts.items():
-            summed[p] = summed.get(p, 0) + n
-    whole_counts = {p: n for p, n in whole.counts.items() if n}
-    if (
-        len(bins) != len(gates) + 1
-        or list(gates) != sorted(gates)
-        or sum(b.positions for b in bins) != whole.positions
-        or {p: n for p, n in summed.items() if n} != whole_counts
-    ):
-        raise SpecstreamError(
-            "bad acceptance statistics by confidence: the bins do not add up to the counts, "
-            "or their gates are not one fewer than the bins, in order"
-        )
-    return gates, bins
+def _traced(counted: Acceptance, trace: Trace) -> Acceptance:
+    """`counted` with its trace, which must give the same counts."""
+    out = Acceptance.from_ranks(
+        trace.ranks.tolist(), counted.gamma, counted.source, trace.confidence, trace.starts
+    )
+    if out.positions != counted.positions or out.counts != {
+        p: n for p, n in counted.counts.items() if n
+    }:
+        raise SpecstreamError("bad acceptance statistics: the trace does not give the counts")
+    return out
 
 
 def describe_rates(rates: dict) -> str:

@@ -1,19 +1,20 @@
-"""Gated trees against the one static tree, paired on the same prompts in one process (issue 18):
-the adapter's calibrated plan with its acceptance statistics split by stream 1's confidence (a
-tree per bin: `decoding.plan.choose_gated`) and the plan the same statistics give without the
-split (`choose_tree`), each decoded with `ss`, beside plain decoding (`ar`), interleaved prompt by
-prompt so that the machine's drift falls on all three alike.
+"""Trees planned from a walk of the acceptance trace against trees planned from counts, paired on
+the same prompts in one process (issue 18): the adapter's calibrated plan now (its acceptance
+trace walked pass by pass, a tree per bin of stream 1's confidence where that pays:
+`decoding.plan.choose_walked`) and the plan its counts alone give (`choose_tree`, the planner
+before), each decoded with `ss`, beside plain decoding (`ar`), interleaved prompt by prompt so
+that the machine's drift falls on all three alike.
 
 Prints decode tokens/s per decoder (tokens after each prompt's first pass over the time after
 it, summed over prompts), tau (tokens per pass), the plans and their predicted speed, the
-median per-prompt ratio gated / static, and whether every output equals `ar`'s.
+median per-prompt ratio walked / counted, and whether every output equals `ar`'s.
 
-    ./dev.sh python benchmarks/gated_trees.py --adapter summarize --suite dialogsum
+    ./dev.sh python benchmarks/walked_trees.py --adapter summarize --suite dialogsum
         --data ../shared/data/dialogsum/dev.jsonl [--limit 10] [--max-tokens 96] [--rounds 1]
         [--json OUT]
 
-The adapter's acceptance.json must hold the split (`specstream calibrate --adapter A
---measure-acceptance` writes it).
+The adapter's acceptance.json must hold a trace (`specstream calibrate --adapter A
+--measure-acceptance` writes one since 2026-11-28).
 """
 
 from __future__ import annotations
@@ -34,20 +35,20 @@ from specstream_mlx.provenance import provenance  # noqa: E402
 
 
 def plans(loaded) -> dict:
-    """The calibrated plan with the confidence split and without it."""
+    """The calibrated plan from the counts alone and from the walked trace."""
     params = loaded.streams
     acceptance = params.acceptance
-    if acceptance is None or not acceptance.bins:
+    if acceptance is None or acceptance.trace is None:
         raise ss.SpecstreamError(
-            "the adapter's acceptance.json has no split by confidence: measure it again with "
+            "the adapter's acceptance.json has no trace: measure it again with "
             "`specstream calibrate --adapter A --measure-acceptance`"
         )
     curve = calibration.latency_curve(loaded)
-    gated = calibration.plan_tree(loaded, params, curve)
-    params.acceptance = dataclasses.replace(acceptance, gates=(), bins=None)
-    static = calibration.plan_tree(loaded, params, curve)
+    walked = calibration.plan_tree(loaded, params, curve)
+    params.acceptance = dataclasses.replace(acceptance, trace=None, gates=(), bins=None)
+    counted = calibration.plan_tree(loaded, params, curve)
     params.acceptance = acceptance
-    return {"static": static, "gated": gated}
+    return {"counted": counted, "walked": walked}
 
 
 def run(loaded, prompt: list[int], plan, max_tokens: int):
@@ -97,8 +98,8 @@ def main() -> None:
                 t[3] += st.forward_passes
                 speeds[m] = st.tokens_per_second
             identical &= all(o.token_ids == outs["ar"].token_ids for o in outs.values())
-            if speeds["static"] > 0:
-                ratios.append(speeds["gated"] / speeds["static"])
+            if speeds["counted"] > 0:
+                ratios.append(speeds["walked"] / speeds["counted"])
             print(
                 f"round {r + 1} prompt {i + 1}: "
                 + ", ".join(f"{m} {speeds[m]:.2f}" for m in methods),
@@ -122,13 +123,13 @@ def main() -> None:
         "rounds": args.rounds,
         "plans": {m: p.to_dict() for m, p in chosen.items()},
         "decoders": rows,
-        "median_gated_over_static": round(statistics.median(ratios), 3) if ratios else None,
+        "median_walked_over_counted": round(statistics.median(ratios), 3) if ratios else None,
         "identical_to_ar": identical,
         "provenance": provenance(),
     }
     for m, row in rows.items():
         print(f"{m}: {row['tokens_per_second']} tokens/s, tau {row['tau']}, {row['vs_ar']}x ar")
-    print(f"gated / static, median per prompt: {out['median_gated_over_static']}")
+    print(f"walked / counted, median per prompt: {out['median_walked_over_counted']}")
     print(f"every output equals ar's: {identical}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
