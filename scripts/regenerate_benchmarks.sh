@@ -118,6 +118,32 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Trees planned by walking the acceptance trace (issue 18) ==
+    # the writing tools' acceptance measured again with its trace on copies (about 10-20 min
+    # each), walked against counted plans paired (about 7 min each), then the shipped adapters
+    # side by side with mlx-lm (about 20 min). The section's first table (count-based gating,
+    # commit 8d880f2) and its throwaway probes are not rerun.
+    S="Trees planned by walking the acceptance trace"
+    local wa ws wf wl
+    for spec in "sql sql sql/dev.jsonl 48" "data2text e2e e2e/dev.csv 48" \
+        "summarize dialogsum dialogsum/dev.jsonl 36"; do
+        read -r wa ws wf wl <<<"$spec"
+        step "$S" bash -c "rm -rf runs/walk_$wa && mkdir -p runs && cp -r specstream_mlx/adapters/$wa runs/walk_$wa"
+        step "$S" ./dev.sh specstream calibrate --adapter "runs/walk_$wa" --measure-acceptance \
+            --data "$D/$wf" --limit "$wl" --max-tokens 96
+        step "$S" ./dev.sh python benchmarks/walked_trees.py --adapter "runs/walk_$wa" \
+            --suite "$ws" --data "$D/$wf" --limit 10 --max-tokens 96 --json $R/walked_trees_$ws.json
+    done
+    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
+        --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_walked_sql.json \
+        --markdown $R/bench_walked_sql.md
+    for spec in "e2e e2e/dev.csv" "dialogsum dialogsum/dev.jsonl"; do
+        read -r ws wf <<<"$spec"
+        step "$S" ./dev.sh specstream bench --suite "$ws" --data "$D/$wf" --limit 10 \
+            --max-tokens 96 --methods ar,ss,mlx-lm --json $R/bench_walked_$ws.json \
+            --markdown $R/bench_walked_$ws.md
+    done
+
     # == The README's table, and where ss+pld's passes go (issues 18 and 20) ==
     # the curve measured again (about 2.5 min), the chat suite and the sql dev set side by side
     # (about 6 min each), then the sql dev set's passes grouped by tree size (about 2 min)
