@@ -36,7 +36,8 @@ class GenerationStats:
     prompt_seconds: float = 0.0  # time to the first token (prefill included)
     wall_seconds: float = 0.0
     tree: dict | None = None  # speculative decoders: the draft tree and where it came from
-    # (pld: {"source": "lookup"}), and whether lookup chains were gated ("lookup_gated")
+    # (pld: {"source": "lookup"}), how the lookup drafts ("lookup": "chains" instead of the
+    # streams' tree, "grafted" onto it) and whether its chains were gated ("lookup_gated")
     decoder: str = ""  # the decoder that ran (a lossless "ss" whose best tree is empty: "ar")
     first_pass_tokens: int = 0  # output tokens the first pass decided (prefill included)
 

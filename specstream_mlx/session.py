@@ -10,7 +10,7 @@ import mlx.core as mx
 
 from .backend import device_name
 from .calibration import latency_curve, tuned
-from .decoding.lookup import LookupConfig, LookupCosts, lookup_drafter
+from .decoding.lookup import GRAFT, LookupConfig, LookupCosts, lookup_drafter, lookup_grafter
 from .decoding.loop import Decoder, Drafter, DraftOverride
 from .decoding.passes import Passes
 from .decoding.policy import TreePolicy
@@ -98,14 +98,29 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
     dec.override = opts.draft_override
     if drafter is None and row.lookup:
-        lookup = LookupConfig()
-        dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
-        costs = _lookup_costs(loaded, dec, tree, lookup)
-        dec = replace(dec, drafter=lookup_drafter(lookup, costs))
-        tree = {**(tree or {"source": "lookup"}), "lookup_gated": costs is not None}
-        if dec.streams is not None and dec.policy.depth > 0:
-            tree["chain_streams"] = dec.chain_streams
+        dec, tree = _with_lookup(loaded, dec, tree, sampling)
     return Resolved(dec, ran, tree)
+
+
+def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Decoder, dict]:
+    """Prompt lookup added to `dec`: grafted onto the streams' tree where they draft one,
+    decoding is greedy and their rows may ride along on every node (shared mode, or lossless
+    streams the curve finds cheap enough: `_chains_run_streams`); else drafted instead of
+    their tree whenever the context has a match."""
+    lookup = LookupConfig()
+    dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
+    if dec.streams is not None and dec.policy.depth > 0 and sampling.greedy and dec.chain_streams:
+        nodes = dec.policy.max_nodes + 2 * GRAFT.max_draft
+        costs = _lookup_costs(loaded, dec, tree, GRAFT, nodes)
+        dec = replace(dec, graft=lookup_grafter(GRAFT, costs))
+        gated = costs is not None
+        return dec, {**tree, "lookup": "grafted", "lookup_gated": gated, "chain_streams": True}
+    costs = _lookup_costs(loaded, dec, tree, lookup)
+    dec = replace(dec, drafter=lookup_drafter(lookup, costs))
+    tree = {**(tree or {"source": "lookup"}), "lookup": "chains", "lookup_gated": costs is not None}
+    if dec.streams is not None and dec.policy.depth > 0:
+        tree["chain_streams"] = dec.chain_streams
+    return dec, tree
 
 
 def default_streams(loaded, config=None) -> StreamParams:
@@ -146,12 +161,13 @@ def _policy(loaded, streams: StreamParams, opts: Options, sampling) -> tuple[Tre
 
 
 def _lookup_costs(
-    loaded, dec: Decoder, tree: dict | None, lookup: LookupConfig
+    loaded, dec: Decoder, tree: dict | None, lookup: LookupConfig, nodes: int = 0
 ) -> LookupCosts | None:
-    """What a chain of `lookup` drafts costs on this device and what runs instead, from the
-    latency curve: the streams' calibrated tree (`tree`), or a pass of the root alone (also
-    where the streams draft their own tree: it carries no expected tokens to weigh). None
-    before this device was measured for `loaded`: whole chains are drafted then."""
+    """What a chain of `lookup` drafts (or a pass of up to `nodes` nodes, when more) costs on
+    this device and what runs instead, from the latency curve: the streams' calibrated tree
+    (`tree`), or a pass of the root alone (also where the streams draft their own tree: it
+    carries no expected tokens to weigh). None before this device was measured for `loaded`:
+    whole chains are drafted then."""
     curve = latency_curve(loaded, measure=False)
     if curve is None:
         return None
@@ -162,7 +178,7 @@ def _lookup_costs(
         streams, heads = (dec.n_streams, drafted) if nodes == 1 or dec.chain_streams else (0, 0)
         return curve.pass_ms(nodes, streams, n_msa, heads)
 
-    chain = tuple(ms(1 + n) for n in range(lookup.max_draft + 1))
+    chain = tuple(ms(1 + n) for n in range(max(lookup.max_draft + 1, nodes)))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
         return LookupCosts(chain, tree["expected_tokens_per_pass"], tree["predicted_pass_ms"])
     return LookupCosts(chain)

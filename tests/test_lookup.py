@@ -10,15 +10,19 @@ from hypothesis import strategies as st
 import specstream_mlx as ss
 from specstream_mlx.decoding import loop
 from specstream_mlx.decoding.lookup import (
+    GRAFT,
     LookupConfig,
     LookupCosts,
     LookupGate,
+    deepest_path,
+    graft,
     lookup_draft,
     lookup_drafter,
+    lookup_grafter,
 )
 from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.policy import TreePolicy
-from specstream_mlx.decoding.tree import draft_tree
+from specstream_mlx.decoding.tree import Tree, draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
@@ -94,6 +98,138 @@ def test_the_gate_trusts_what_followed_a_longer_match_more():
         gate.choose(truth[:p], [0, 1, 2, 3] if one else truth[p : p + 4], 1 if one else 3)
     assert gate.choose(truth[:40], truth[40:44], 3) == 4
     assert gate.choose(truth[:41], truth[41:45], 1) == 0
+
+
+def _paths(tree: Tree) -> set[tuple[int, ...]]:
+    """Every node as the tokens on its path below the root."""
+    paths = {0: ()}
+    for i in range(1, len(tree)):
+        paths[i] = paths[tree.parents[i]] + (tree.tokens[i],)
+    return set(paths.values())
+
+
+def test_a_graft_shares_the_nodes_the_tree_has():
+    tree = draft_tree(9, [[1, 2], [3]])  # 9 -> 1 -> 3, 9 -> 2 -> 3
+    grown = graft(tree, 0, [1, 3, 4, 5])
+    assert grown.tokens[: len(tree)] == tree.tokens  # the tree's nodes keep their places
+    assert len(grown) == len(tree) + 2
+    assert _paths(grown) == _paths(tree) | {(1, 3, 4), (1, 3, 4, 5)}
+    assert grown.parents[len(tree)] == 3 and grown.depths[-2:] == [3, 4]
+    # a keep rule that declines the second new node stops the chain there
+    cut = graft(tree, 0, [2, 7, 8], keep=lambda i, nodes: i < 2)
+    assert _paths(cut) == _paths(tree) | {(2, 7)}
+    assert deepest_path(grown) == (len(grown) - 1, [1, 3, 4, 5])
+    assert deepest_path(Tree([9], [-1], [0])) == (0, [])
+
+
+def test_the_grafter_copies_under_the_root_and_past_the_streams_deepest_path():
+    # the context ends in [5, 6], which earlier went on [7, 8, 9, 1]; the streams' deepest
+    # path is 7, 8, and [6, 7, 8] went on [9, 1, 2, 3] before: the second chain continues the
+    # first one where they agree
+    history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]
+    streams = draft_tree(6, [[7, 3], [8]])
+    grown = lookup_grafter(GRAFT)(history, streams)
+    chain = {(7, 8, 9, 1, 2, 3)[:i] for i in range(3, 7)}
+    assert _paths(grown) == _paths(streams) | chain
+    assert len(grown) == len(streams) + 4
+    # 1-gram matches graft nothing (GRAFT asks for 2-grams); without a match the tree stays
+    assert len(lookup_grafter(GRAFT)([1, 2, 3, 1], draft_tree(1, [[4]]))) == 2
+    assert lookup_grafter(GRAFT)([4, 5, 6, 0, 5, 6], Tree([6], [-1], [0])).tokens == [6, 0, 5, 6]
+
+
+def test_the_grafter_keeps_a_node_only_where_it_pays():
+    history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]
+    streams = draft_tree(6, [[3]])  # the streams' guess differs from the lookup's (7)
+    cheap = LookupCosts(tuple(10.0 + 0.1 * n for n in range(6)), 1.0, 10.0)
+    dear = LookupCosts(tuple(10.0 + 10.0 * n for n in range(6)), 1.0, 10.0)
+    assert len(lookup_grafter(GRAFT, cheap)(history, streams)) == 2 + 4  # root chain, whole
+    assert lookup_grafter(GRAFT, dear)(history, streams).tokens == streams.tokens
+    # a node costing a tenth of a pass pays where reached at least as often as the tree
+    # without it decides tokens per ms: the gate's priors reach the first copied token half
+    # the time and each next one 3/4 as often (0.5, 0.375, ...)
+    tenth = LookupCosts(tuple(10.0 + n for n in range(6)), 4.0, 10.0)
+    assert lookup_grafter(GRAFT, tenth)(history, streams).tokens == [6, 3, 7]
+
+
+def test_the_gate_scores_the_streams_deepest_path_once_the_text_settles_it():
+    gate = LookupGate(LookupCosts((10.0, 11.0)), 3)
+    assert gate.path_rate() == 0.5  # the prior: one right, one wrong
+    gate.note([7, 8], [], 0, path=[1, 2])
+    gate.observe([7, 8, 1])  # not settled yet
+    assert gate.path_rate() == 0.5
+    gate.observe([7, 8, 1, 3])  # wrong at its second token
+    assert gate.path_rate() == pytest.approx(1 / 3)
+    gate.note([7, 8, 1, 3], [], 0, path=[4])
+    gate.observe([7, 8, 1, 3, 4])  # right; the wrong one has faded by 0.9 a pass, twice
+    assert gate.path_rate() == pytest.approx(2 / 3.81)
+
+
+@EXAMPLES
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    words=WORDS,
+    depth=st.integers(1, 2),
+    length=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+)
+def test_grafted_trees_are_verified_and_equal_plain_greedy(
+    tiny_models, monkeypatch, family, words, depth, length, seed
+):
+    """Each pass verifies the streams' static tree with the lookup's chains grafted on (under
+    the root and past the deepest path), and the output stays plain decoding's."""
+    loaded = tiny_models[family]
+    params = streams_for(loaded, seed, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
+    prompt_ids = encode_prompt(loaded, " ".join(words * 3))
+    plain = ss.generate(loaded, prompt_ids, max_tokens=length)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    policy = TreePolicy.static([(0,), (1,), (0, 0)][: 1 + depth])
+    dec = loop.Decoder(loaded.model, arch, params, policy)
+    grafter = lookup_grafter(GRAFT)
+    made = []  # per pass: (history, the streams' tree, the grafted tree)
+
+    def recording(history, tree):
+        grown = grafter(history, tree)
+        made.append((list(history), tree, grown))
+        return grown
+
+    trees = []
+    forward = loop.tree_forward
+
+    def verified(arch, params, tree, *args, **kwargs):
+        trees.append(tree.tokens)
+        return forward(arch, params, tree, *args, **kwargs)
+
+    dec.graft = recording
+    monkeypatch.setattr(loop, "tree_forward", verified)
+    steps = list(loop.decode(dec, prompt_ids, length))
+    tokens = [t for s in steps for t in s.tokens]
+    cut = next((i + 1 for i, t in enumerate(tokens) if t in loaded.eos_token_ids), len(tokens))
+    assert tokens[:cut] == plain.token_ids[:cut]
+    assert [grown.tokens for _, _, grown in made] == trees
+    for history, tree, grown in made:
+        copied, _ = lookup_draft(history, GRAFT), None
+        deep, path = deepest_path(tree)
+        further = lookup_draft(history + path, GRAFT) if path else []
+        expect = _paths(tree) | {tuple(copied[:i]) for i in range(len(copied) + 1)}
+        expect |= {tuple(path + further[:i]) for i in range(len(further) + 1)}
+        assert _paths(grown) == expect
+
+
+def test_ss_pld_grafts_where_greedy_streams_draft_a_tree(tiny_models):
+    from specstream_mlx.sampling import SamplingParams
+    from specstream_mlx.session import Options, resolve
+
+    loaded = tiny_models["llama"]
+    params = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=3)
+    opts = Options(decoder="ss+pld", streams=params)
+    greedy = resolve(loaded, opts, SamplingParams())
+    assert greedy.decoder.graft is not None and greedy.decoder.drafter is None
+    assert greedy.tree["lookup"] == "grafted"
+    sampled = resolve(loaded, opts, SamplingParams(temperature=0.7))
+    assert sampled.decoder.graft is None and sampled.decoder.drafter is not None
+    assert sampled.tree["lookup"] == "chains"
+    lookup = resolve(loaded, Options(decoder="pld"), SamplingParams())
+    assert lookup.decoder.graft is None and lookup.tree["lookup"] == "chains"
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -341,6 +477,9 @@ def test_lossless_streams_sit_chains_out_where_the_curve_says_their_rows_cost_mo
             assert out.token_ids == plain.token_ids
             assert out.stats.tree["source"] == "calibrated"
             ran[per_row] = out.stats.tree["chain_streams"]
+            # rows nearly free: the lookup's chains are grafted onto the streams' tree
+            grafted = out.stats.tree["lookup"] == "grafted"
+            assert grafted == out.stats.tree["chain_streams"]
     finally:
         loaded.latency_curve = None
         loaded.trees.clear()

@@ -90,7 +90,9 @@ def markdown(report: dict) -> str:
             )
         if tree and "lookup_gated" in tree:
             how = "gated by this device's latency curve" if tree["lookup_gated"] else "whole"
-            lines.append(f"\n{m['name']}: lookup chains {how}")
+            grafted = tree.get("lookup") == "grafted"
+            what = "lookup chains grafted onto the streams' tree" if grafted else "lookup chains"
+            lines.append(f"\n{m['name']}: {what}, {how}")
     rates = report.get("stream_acceptance")
     if rates:
         lines.append("\n" + describe_rates(rates))

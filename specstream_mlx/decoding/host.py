@@ -26,6 +26,9 @@ from .tree import Tree, accept_greedy, draft_tree
 # A draft source besides the streams: (tokens decided so far, the normed last hidden state of
 # the last one or None) -> the tree to verify, rooted at the last token (one node: no draft).
 Drafter = Callable[[list[int], object], Tree]
+# Grafts onto the streams' tree: (tokens decided so far, the streams' tree) -> the tree to verify
+# (decoding.lookup.lookup_grafter).
+Grafter = Callable[[list[int], Tree], Tree]
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
 
@@ -79,6 +82,7 @@ class Drafting:
     streams: bool = False  # streams run (and can draft where the policy says so)
     drafter: Drafter | None = None  # drafts from elsewhere; the streams' when it has none
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
+    graft: Grafter | None = None  # greedy: grows the streams' tree (prompt lookup's chains)
     # acceptance statistics: (tokens decided, streams' top tokens, stream 1's confidence)
     probe: list | None = None
     # A pass verifying the drafter's tree runs the streams too, so the next pass can draft from
@@ -162,18 +166,28 @@ class HostRun:
             tree = d.drafter(self.history, self.hidden)
             if len(tree) > 1 or not d.streams or policy.depth == 0:
                 return tree, len(tree) - 1, [None] * len(tree)
-        if not self.drafts:  # the streams drafted nothing for this pass
-            return draft_tree(self.root, []), 0, None
         if self.sampling is not None:
             tree = cap_breadth_first(draft_tree(self.root, self.drafts), policy.max_nodes)
-            return tree, 0, self.q
+            return tree, 0, self.q if self.drafts else None
+        tree = self._streams_tree()
+        if d.graft is None:
+            return tree, 0, None
+        grafted = d.graft(self.history, tree)
+        return grafted, len(grafted) - len(tree), None
+
+    def _streams_tree(self) -> Tree:
+        """Greedy: the streams' tree at the last accepted node (the root alone where they
+        drafted nothing for this pass)."""
+        policy = self.drafting.policy
+        if not self.drafts:
+            return draft_tree(self.root, [])
         paths = policy.paths_at(self.confidence)
         if paths is not None:
-            return sparse_tree(self.root, self.drafts, paths), 0, None
+            return sparse_tree(self.root, self.drafts, paths)
         drafted = [c[: policy.top_k] for c in self.drafts[: policy.depth]]
         if policy.prune_threshold == 0 and all(len(c) == 1 for c in drafted):
             drafted = drafted[: policy.max_nodes - 1]  # a chain cut to N nodes keeps N - 1 levels
-        return draft_tree(self.root, drafted), 0, None
+        return draft_tree(self.root, drafted)
 
     # ---- acceptors ----
 

@@ -1,7 +1,12 @@
 """Prompt lookup decoding (Saxena, 2023): draft the tokens that followed the latest earlier
 occurrence of the context's last n-gram. No training and no extra parameters; the drafts are
 verified by the same tree step as the streams' (lossless: greedy output equals plain decoding).
-Strong when the answer copies from the prompt (summaries, SQL over a schema), weak otherwise."""
+Strong when the answer copies from the prompt (summaries, SQL over a schema), weak otherwise.
+
+With the streams (`ss+pld`, greedy) the lookup's chains are grafted onto the streams' tree
+rather than drafted instead of it: the chain after the context's last n-gram under the root,
+and the chain after the context extended by the tree's deepest path under its deepest node, so
+a copied run can be accepted past the streams' depth in the same pass."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .host import Grafter
 from .tree import Tree, draft_tree
 
 
@@ -17,6 +23,12 @@ class LookupConfig:
     ngram_max: int = 3  # try the longest suffix first: a longer match predicts better
     ngram_min: int = 1
     max_draft: int = 4  # tokens proposed per pass (each costs a little verification work)
+
+
+# Grafts follow 2-gram matches or longer: on the sql and dialogsum writing tools' probes a
+# 1-gram's chains cost more than they gave (docs/BENCHMARKS.md, "Lookup grafted onto the
+# streams' tree").
+GRAFT = LookupConfig(ngram_min=2)
 
 
 def lookup_draft(history: list[int], config: LookupConfig = LookupConfig()) -> list[int]:
@@ -59,6 +71,14 @@ class LookupCosts:
     fallback_tokens: float = 1.0  # tokens decided per pass of what runs instead
     fallback_ms: float | None = None  # its ms; None: chain_ms[0]
 
+    def nodes_ms(self, nodes: int) -> float:
+        """A pass of `nodes` nodes (root included), extended past the last measured length by
+        its last step."""
+        ms, last = self.chain_ms, len(self.chain_ms) - 1
+        if nodes - 1 <= last:
+            return ms[nodes - 1]
+        return ms[last] + (nodes - 1 - last) * (ms[last] - ms[max(last - 1, 0)])
+
 
 class LookupGate:
     """How often the lookup's drafts turn out right in this generation, and the chain length
@@ -69,17 +89,22 @@ class LookupGate:
     after it, token by token as the text arrives, drafted or not (greedy decoding keeps exactly
     the drafts that match it), so a lookup the gate stopped drafting is still watched and drafts
     again once its proposals match. Older evidence fades by `DECAY` per pass, over fixed priors
-    (`FIRST`, `NEXT`: pseudo-counts of right and wrong)."""
+    (`FIRST`, `NEXT`: pseudo-counts of right and wrong). Grafting onto the streams' tree, it
+    also scores the streams' deepest path (all right or not: `PATH`), which a chain grafted
+    past it needs."""
 
     DECAY = 0.9
     FIRST = (0.5, 0.5)
     NEXT = (1.5, 0.5)
+    PATH = (1.0, 1.0)
 
     def __init__(self, costs: LookupCosts, ngram_max: int):
         self.costs = costs
         self.first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [n] -> [right, wrong]
         self.next = [0.0, 0.0]
         self.pending: list[_Proposal] = []  # not yet settled by the decoded text
+        self.path = [0.0, 0.0]  # the streams' deepest paths: [right, wrong]
+        self.paths: list[tuple[int, list[int]]] = []  # (start, tokens), not yet settled
 
     def rates(self, n: int) -> tuple[float, float]:
         """After an n-gram match: P(first draft right), P(a draft right | those before right)."""
@@ -88,10 +113,19 @@ class LookupGate:
         (r, w), (pr, pw) = self.next, self.NEXT
         return first, (r + pr) / (r + w + pr + pw)
 
+    def path_rate(self) -> float:
+        """P(the streams' deepest path is right, whole)."""
+        (r, w), (pr, pw) = self.path, self.PATH
+        return (r + pr) / (r + w + pr + pw)
+
     def observe(self, history: list[int]) -> None:
         """Score the proposed tokens the decoded `history` now settles."""
-        for counts in [*self.first, self.next]:
+        for counts in [*self.first, self.next, self.path]:
             counts[:] = [c * self.DECAY for c in counts]
+        for start, tokens in self.paths:
+            if start + len(tokens) <= len(history):
+                self.path[0 if history[start : start + len(tokens)] == tokens else 1] += 1.0
+        self.paths = [(i, t) for i, t in self.paths if i + len(t) > len(history)]
         waiting = []
         for p in self.pending:
             seen = history[p.start : p.start + len(p.tokens)]
@@ -105,13 +139,20 @@ class LookupGate:
                     waiting.append(_Proposal(p.start, p.tokens, p.n, len(seen)))
         self.pending = waiting
 
-    def choose(self, history: list[int], proposal: list[int], n: int) -> int:
-        """Score what `history` settles, keep `proposal` (the lookup's drafts after `history`,
-        following an n-gram match) to score later, and return how many of it to verify: the L
-        with the most expected tokens per ms, 0 when the pass that runs instead does better."""
+    def note(self, history: list[int], proposal: list[int], n: int, path=()) -> None:
+        """Score what `history` settles and keep `proposal` (the lookup's drafts after
+        `history`, following an n-gram match) and the streams' deepest `path` to score
+        later."""
         self.observe(history)
         if proposal:
             self.pending.append(_Proposal(len(history), list(proposal), n))
+        if path:
+            self.paths.append((len(history), list(path)))
+
+    def choose(self, history: list[int], proposal: list[int], n: int) -> int:
+        """`note` the proposal, and return how many of it to verify: the L with the most
+        expected tokens per ms, 0 when the pass that runs instead does better."""
+        self.note(history, proposal, n)
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
         best, best_rate = 0, costs.fallback_tokens / fallback_ms
@@ -123,6 +164,75 @@ class LookupGate:
             if expected / costs.chain_ms[size] > best_rate:
                 best, best_rate = size, expected / costs.chain_ms[size]
         return best
+
+    def worth(self, reach: float, nodes: int) -> bool:
+        """Whether a node reached with probability `reach` pays for the pass growing from
+        `nodes` nodes to one more, at the rate the pass without it decides tokens (the
+        streams' tree: fallback_tokens per fallback_ms)."""
+        costs = self.costs
+        fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
+        grown = costs.nodes_ms(nodes + 1) - costs.nodes_ms(nodes)
+        return reach * fallback_ms >= costs.fallback_tokens * grown
+
+
+def graft(tree: Tree, at: int, tokens: list[int], keep=None) -> Tree:
+    """`tree` with the chain `tokens` under node `at`, sharing the nodes it already has there;
+    `keep(depth, nodes)` (depth in the chain from 0, the tree's size) stops the chain at the
+    first new node it declines."""
+    tokens_, parents, depths = list(tree.tokens), list(tree.parents), list(tree.depths)
+    node = at
+    for i, token in enumerate(tokens):
+        child = next(
+            (c for c in range(len(tokens_)) if parents[c] == node and tokens_[c] == token), None
+        )
+        if child is None:
+            if keep is not None and not keep(i, len(tokens_)):
+                break
+            child = len(tokens_)
+            tokens_.append(token)
+            parents.append(node)
+            depths.append(depths[node] + 1)
+        node = child
+    return Tree(tokens_, parents, depths)
+
+
+def deepest_path(tree: Tree) -> tuple[int, list[int]]:
+    """The tree's deepest node (the first of the deepest) and the tokens on its path below the
+    root."""
+    node = max(range(len(tree)), key=lambda i: (tree.depths[i], -i))
+    at, path = node, []
+    while at > 0:
+        path.append(tree.tokens[at])
+        at = tree.parents[at]
+    return node, path[::-1]
+
+
+def lookup_grafter(config: LookupConfig = GRAFT, costs: LookupCosts | None = None) -> Grafter:
+    """Prompt lookup grafted onto the streams' tree, for one generation: the chain after the
+    context's last n-gram under the root, the chain after the context extended by the tree's
+    deepest path under its deepest node. Each new node is kept while a `LookupGate` over
+    `costs` expects it to pay (the chance of reaching it, from the lookup's measured rates and,
+    past the streams' path, how often that path was right); costs=None grafts whole chains."""
+    gate = None if costs is None else LookupGate(costs, config.ngram_max)
+
+    def grafted(history: list[int], tree: Tree) -> Tree:
+        proposal, n = lookup_match(history, config)
+        deepest, path = deepest_path(tree)
+        further, m = lookup_match(history + path, config) if path else ([], 0)
+        if gate is None:
+            return graft(graft(tree, 0, proposal), deepest, further)
+        gate.note(history, proposal, n, path)
+        out = graft(tree, 0, proposal, _keep(gate, n))
+        return graft(out, deepest, further, _keep(gate, m, gate.path_rate()))
+
+    return grafted
+
+
+def _keep(gate: LookupGate, n: int, reach: float = 1.0):
+    """The gate's rule for a chain following an n-gram match from a node reached with
+    probability `reach`: its i-th token is reached with probability reach * first * later^i."""
+    first, later = gate.rates(n)
+    return lambda i, nodes: gate.worth(reach * first * later**i, nodes)
 
 
 def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):

@@ -30,7 +30,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from ..models.arch import Arch
 from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
-from .host import Drafter, Drafting, DraftOverride, HostRun, drive
+from .host import Drafter, Drafting, DraftOverride, Grafter, HostRun, drive
 from .kv import compact
 from .passes import Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
@@ -58,6 +58,7 @@ class Decoder:
     override: DraftOverride | None = None  # test hook: the streams' proposals, given the text
     probe: list | None = None  # acceptance statistics (decoding.host.Drafting.probe)
     chain_streams: bool = True  # a pass verifying the drafter's chain runs the streams too
+    graft: Grafter | None = None  # greedy: grows the streams' tree (prompt lookup's chains)
 
     @property
     def n_streams(self) -> int:
@@ -84,7 +85,13 @@ class Decoder:
     def drafting(self) -> Drafting:
         streams = self.streams is not None
         return Drafting(
-            self.policy, streams, self.drafter, self.override, self.probe, self.chain_streams
+            self.policy,
+            streams,
+            self.drafter,
+            self.override,
+            graft=self.graft,
+            probe=self.probe,
+            chain_streams=self.chain_streams,
         )
 
 
@@ -124,6 +131,7 @@ def on_device(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
     return (
         dec.passes is not None
         and dec.drafter is None
+        and dec.graft is None
         and dec.override is None
         and dec.probe is None
         and static
