@@ -118,6 +118,23 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Lookup grafted onto the streams' tree (issue 18) ==
+    # grafted against chains instead of the tree, paired, on the three writing tools (about 5
+    # min each, dialogsum 2 rounds), then sql side by side with mlx-lm (about 5 min). The
+    # section's simulation table (throwaway probes in /work/runs/s32) is not rerun.
+    S="Lookup grafted onto the streams' tree"
+    local ga gs gf gr
+    for spec in "sql sql sql/dev.jsonl 1" "data2text e2e e2e/dev.csv 1" \
+        "summarize dialogsum dialogsum/dev.jsonl 2"; do
+        read -r ga gs gf gr <<<"$spec"
+        step "$S" ./dev.sh python benchmarks/grafted_lookup.py --adapter "$ga" --suite "$gs" \
+            --data "$D/$gf" --limit 10 --max-tokens 96 --rounds "$gr" \
+            --json $R/grafted_lookup_$gs.json
+    done
+    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
+        --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_grafted_sql.json \
+        --markdown $R/bench_grafted_sql.md
+
     # == Trees planned by walking the acceptance trace (issue 18) ==
     # the writing tools' acceptance measured again with its trace on copies (about 10-20 min
     # each), walked against counted plans paired (about 7 min each), then the shipped adapters

@@ -113,8 +113,9 @@ def stream_generate(
     Stops at an EOS token (not included in the output), after `max_tokens` tokens, or when the
     model's context is full. `options` (session.Options): decoder "ar" (plain), "ss"
     (Speculative Streaming with `streams`, default the loaded adapter's or untrained ones),
-    "pld" (prompt lookup, or the trees another `drafter` proposes), "ss+pld" (the lookup's
-    chain when the context has a match, the streams' draft otherwise); tree "auto" (the tree
+    "pld" (prompt lookup, or the trees another `drafter` proposes), "ss+pld" (greedy: the
+    streams' tree with the lookup's chains grafted on; sampled: the lookup's chain when the
+    context has a match, the streams' draft otherwise); tree "auto" (the tree
     calibrated for this device when the streams carry acceptance statistics) or "adapter";
     compile (None: as calibrated); kv_bits; draft_override (a test hook). Every decoder gives
     plain decoding's tokens (greedy) or distribution (sampling). `stats.decoder` says which

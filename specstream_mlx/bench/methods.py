@@ -4,8 +4,8 @@ returns the tokens and the timings of one generation.
 - ar: our plain decoding (the reference for speedups);
 - ss: Speculative Streaming with a stream adapter;
 - pld: prompt lookup decoding through our tree verifier;
-- ss+pld: the prompt-lookup chain when the context has a match, the stream adapter's draft
-  otherwise;
+- ss+pld: greedy, the stream adapter's tree with the prompt lookup's chains grafted on;
+  sampled, the lookup's chain when the context has a match, the streams' draft otherwise;
 - mlx-lm: mlx-lm's own `stream_generate` on the base model (the incumbent on a Mac);
 - medusa: Medusa-1 heads (`specstream train --mode medusa`) on the base model, through our tree
   verifier;
