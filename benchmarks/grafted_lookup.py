@@ -16,10 +16,8 @@ grafted / chains, and whether every output equals `ar`'s.
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-from pathlib import Path
+from functools import partial
 from types import SimpleNamespace
 
 # isort: off
@@ -28,7 +26,9 @@ from specstream_mlx import session  # noqa: E402
 from specstream_mlx.bench.suites import read_suite  # noqa: E402
 from specstream_mlx.prompts import encode_prompt  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
+
 # isort: on
+from paired import arguments, paired, write  # noqa: E402
 
 GRAFTED = session._with_lookup
 
@@ -47,7 +47,7 @@ METHODS = {
 }
 
 
-def run(loaded, prompt: list[int], method: str, max_tokens: int):
+def run(loaded, prompt: list[int], max_tokens: int, method: str):
     decoder, lookup = METHODS[method]
     session._with_lookup = lookup
     try:
@@ -57,79 +57,21 @@ def run(loaded, prompt: list[int], method: str, max_tokens: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--adapter", required=True)
-    parser.add_argument("--suite", required=True)
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--model", default=None)
-    parser.add_argument("--limit", type=int, default=10)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-
+    args = arguments(__doc__)
     loaded = ss.load(args.model, args.adapter)
     questions = read_suite(args.suite, args.data, args.limit)
     prompts = [encode_prompt(loaded, q.turns[0]) for q in questions]
-    for method in METHODS:  # warm-up: traces and first allocations
-        run(loaded, prompts[0], method, 8)
-    lookup = run(loaded, prompts[0], "grafted", 1).stats.tree
+    lookup = run(loaded, prompts[0], 1, "grafted").stats.tree
     print(f"grafted: {json.dumps(lookup)}", flush=True)
-    totals = {m: [0, 0.0, 0, 0, 0] for m in METHODS}  # tokens, s, accepted, passes, nodes
-    ratios, identical = [], True
-    for r in range(args.rounds):
-        for i, prompt in enumerate(prompts):
-            order = list(METHODS) if (i + r) % 2 == 0 else list(METHODS)[::-1]
-            outs = {m: run(loaded, prompt, m, args.max_tokens) for m in order}
-            speeds = {}
-            for m, out in outs.items():
-                st, t = out.stats, totals[m]
-                t[0] += st.generated_tokens - st.first_pass_tokens
-                t[1] += st.wall_seconds - st.prompt_seconds
-                t[2] += st.accepted_tokens
-                t[3] += st.forward_passes
-                t[4] += st.tree_nodes
-                speeds[m] = st.tokens_per_second
-            identical &= all(o.token_ids == outs["ar"].token_ids for o in outs.values())
-            if speeds["chains"] > 0:
-                ratios.append(speeds["grafted"] / speeds["chains"])
-            print(
-                f"round {r + 1} prompt {i + 1}: "
-                + ", ".join(f"{m} {speeds[m]:.2f}" for m in METHODS),
-                flush=True,
-            )
-    rows = {
-        m: {
-            "tokens_per_second": round(t[0] / t[1], 3) if t[1] else 0.0,
-            "tau": round(t[2] / t[3], 3) if t[3] else 0.0,
-            "nodes_per_pass": round(t[4] / t[3], 2) if t[3] else 0.0,
-        }
-        for m, t in totals.items()
-    }
-    ar = rows["ar"]["tokens_per_second"]
-    for row in rows.values():
-        row["vs_ar"] = round(row["tokens_per_second"] / ar, 3) if ar else 0.0
-    out = {
-        "adapter": args.adapter,
-        "suite": args.suite,
-        "prompts": len(prompts),
-        "max_tokens": args.max_tokens,
-        "rounds": args.rounds,
+    runs = {m: partial(run, loaded, method=m) for m in METHODS}
+    result = paired(runs, prompts, args.max_tokens, args.rounds, ("grafted", "chains"))
+    extra = {
         "grafted_tree": lookup,
-        "decoders": rows,
-        "median_grafted_over_chains": round(statistics.median(ratios), 3) if ratios else None,
-        "identical_to_ar": identical,
-        "provenance": provenance(),
+        "decoders": result["decoders"],
+        "median_grafted_over_chains": result["median_ratio"],
+        "identical_to_ar": result["identical_to_ar"],
     }
-    for m, row in rows.items():
-        print(
-            f"{m}: {row['tokens_per_second']} tokens/s, tau {row['tau']}, "
-            f"{row['nodes_per_pass']} nodes a pass, {row['vs_ar']}x ar"
-        )
-    print(f"grafted / chains, median per prompt: {out['median_grafted_over_chains']}")
-    print(f"every output equals ar's: {identical}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    write(args, prompts, extra, provenance())
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ class LookupConfig:
     max_draft: int = 4  # tokens proposed per pass (each costs a little verification work)
 
 
-# Grafts follow 2-gram matches or longer: on the sql and dialogsum writing tools' probes a
-# 1-gram's chains cost more than they gave (docs/BENCHMARKS.md, "Lookup grafted onto the
-# streams' tree").
+# Grafts follow 2-gram matches or longer: on the dialogsum and e2e writing tools' probes a
+# 1-gram's chains cost more than they gave (sql gained 2%; docs/BENCHMARKS.md, "Lookup grafted
+# onto the streams' tree").
 GRAFT = LookupConfig(ngram_min=2)
 
 
