@@ -131,9 +131,13 @@ steps() {
             --data "$D/$gf" --limit 10 --max-tokens 96 --rounds "$gr" \
             --json $R/grafted_lookup_$gs.json
     done
-    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
-        --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_grafted_sql.json \
-        --markdown $R/bench_grafted_sql.md
+    for t in "" _2; do  # twice: the ratios against mlx-lm swing with the machine's speed
+        step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_grafted_sql$t.json \
+            --markdown $R/bench_grafted_sql$t.md
+    done
+    step "$S" ./dev.sh python benchmarks/plain_vs_mlx_lm.py --rounds 5 \
+        --json $R/plain_vs_mlx_lm_2026-11-28.json
 
     # == Trees planned by walking the acceptance trace (issue 18) ==
     # the writing tools' acceptance measured again with its trace on copies (about 10-20 min

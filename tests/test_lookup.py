@@ -207,8 +207,8 @@ def test_grafted_trees_are_verified_and_equal_plain_greedy(
     assert tokens[:cut] == plain.token_ids[:cut]
     assert [grown.tokens for _, _, grown in made] == trees
     for history, tree, grown in made:
-        copied, _ = lookup_draft(history, GRAFT), None
-        deep, path = deepest_path(tree)
+        copied = lookup_draft(history, GRAFT)
+        _, path = deepest_path(tree)
         further = lookup_draft(history + path, GRAFT) if path else []
         expect = _paths(tree) | {tuple(copied[:i]) for i in range(len(copied) + 1)}
         expect |= {tuple(path + further[:i]) for i in range(len(further) + 1)}
