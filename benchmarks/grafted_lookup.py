@@ -2,8 +2,9 @@
 paired on the same prompts in one process (issue 18): `ss+pld` as it runs now (greedy, the
 streams drafting a tree: the lookup's chains grafted under the root and past the tree's deepest
 path, `decoding.lookup.lookup_grafter`), `ss+pld` as it ran before (a lookup chain, when the
-context has a match, verified instead of the streams' tree), `ss` and plain decoding (`ar`),
-interleaved prompt by prompt so that the machine's drift falls on all of them alike.
+context has a match, verified instead of the streams' tree), `ss`, `pld` (the lookup alone)
+and plain decoding (`ar`), interleaved prompt by prompt so that the machine's drift falls on
+all of them alike.
 
 Prints decode tokens/s per decoder (tokens after each prompt's first pass over the time after
 it, summed over prompts), tau (tokens per pass), nodes per pass, the median per-prompt ratio
@@ -42,6 +43,7 @@ def chains_instead(loaded, dec, tree, sampling):
 METHODS = {
     "ar": ("ar", GRAFTED),
     "ss": ("ss", GRAFTED),
+    "pld": ("pld", GRAFTED),
     "chains": ("ss+pld", chains_instead),
     "grafted": ("ss+pld", GRAFTED),
 }

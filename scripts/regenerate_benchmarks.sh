@@ -118,6 +118,19 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Issue 18's table with a fresh latency curve ==
+    # the curve measured again alone (about 3 min), then the three writing tools side by side
+    # with mlx-lm (about 5-6 min each)
+    S="Issue 18's table with a fresh latency curve"
+    step "$S" bash -c "./dev.sh specstream calibrate --force --json > $R/calibration_fresh_curve.json"
+    local fs ff
+    for spec in "sql sql/dev.jsonl" "e2e e2e/dev.csv" "dialogsum dialogsum/dev.jsonl"; do
+        read -r fs ff <<<"$spec"
+        step "$S" ./dev.sh specstream bench --suite "$fs" --data "$D/$ff" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_fresh_curve_$fs.json \
+            --markdown $R/bench_fresh_curve_$fs.md
+    done
+
     # == Lookup grafted onto the streams' tree (issue 18) ==
     # grafted against chains instead of the tree, paired, on the three writing tools (about 5
     # min each, dialogsum 2 rounds), then sql side by side with mlx-lm (about 5 min). The

@@ -103,13 +103,15 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
 
 
 def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Decoder, dict]:
-    """Prompt lookup added to `dec`: grafted onto the streams' tree where they draft one,
+    """Prompt lookup added to `dec`: grafted onto the streams' tree where they draft one that
+    is never cut (the early-exit head would prune grafted nodes like the streams' own),
     decoding is greedy and their rows may ride along on every node (shared mode, or lossless
     streams the curve finds cheap enough: `_chains_run_streams`); else drafted instead of
     their tree whenever the context has a match."""
     lookup = LookupConfig()
     dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
-    if dec.streams is not None and dec.policy.depth > 0 and sampling.greedy and dec.chain_streams:
+    drafts = dec.streams is not None and dec.policy.depth > 0 and not dec.policy.may_cut()
+    if drafts and sampling.greedy and dec.chain_streams:
         nodes = dec.policy.max_nodes + 2 * GRAFT.max_draft
         costs = _lookup_costs(loaded, dec, tree, GRAFT, nodes)
         dec = replace(dec, graft=lookup_grafter(GRAFT, costs))

@@ -151,6 +151,17 @@ def test_the_grafter_keeps_a_node_only_where_it_pays():
     assert lookup_grafter(GRAFT, tenth)(history, streams).tokens == [6, 3, 7]
 
 
+def test_a_chain_past_the_streams_path_also_needs_that_path_right():
+    history = [6, 3, 8, 9, 1, 2, 5, 6, 7, 0, 5, 6]
+    streams = draft_tree(6, [[3]])  # history + [3] ends in (6, 3): 8, 9, 1, 2 followed it
+    costs = LookupCosts(tuple(10.0 + n for n in range(6)), 2.0, 10.0)  # pays if reached >= 0.2
+    grown = lookup_grafter(GRAFT, costs)(history, streams)
+    # under the root 7, 0, 5, 6 are reached 0.5, 0.375, 0.28, 0.21 of the time (the priors);
+    # past the path each also needs the path right (prior 0.5): 8 at 0.25 pays, 9 at 0.19 not
+    assert grown.tokens == [6, 3, 7, 0, 5, 6, 8]
+    assert grown.parents[1:] == [0, 0, 2, 3, 4, 1]
+
+
 def test_the_gate_scores_the_streams_deepest_path_once_the_text_settles_it():
     gate = LookupGate(LookupCosts((10.0, 11.0)), 3)
     assert gate.path_rate() == 0.5  # the prior: one right, one wrong
@@ -230,6 +241,10 @@ def test_ss_pld_grafts_where_greedy_streams_draft_a_tree(tiny_models):
     assert sampled.tree["lookup"] == "chains"
     lookup = resolve(loaded, Options(decoder="pld"), SamplingParams())
     assert lookup.decoder.graft is None and lookup.tree["lookup"] == "chains"
+    # a tree the early-exit head may cut would cut grafted nodes too: chains instead
+    pruned = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=3)
+    cut = resolve(loaded, Options(decoder="ss+pld", streams=pruned), SamplingParams())
+    assert cut.decoder.graft is None and cut.tree["lookup"] == "chains"
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -264,6 +279,7 @@ def test_ss_pld_gated_against_the_calibrated_tree_equals_plain_greedy(tiny_model
         loaded.latency_curve = None
     assert both.token_ids == plain.token_ids
     assert both.stats.tree["source"] == "calibrated" and both.stats.tree["lookup_gated"]
+    assert both.stats.tree["lookup"] == "grafted"
 
 
 @EXAMPLES

@@ -85,9 +85,9 @@ class Drafting:
     graft: Grafter | None = None  # greedy: grows the streams' tree (prompt lookup's chains)
     # acceptance statistics: (tokens decided, streams' top tokens, stream 1's confidence)
     probe: list | None = None
-    # A pass verifying the drafter's tree runs the streams too, so the next pass can draft from
-    # them; False: lossless streams sit such passes out (the next one drafts nothing but the
-    # drafter's, or runs the root alone with the streams)
+    # A pass verifying the drafter's tree (or a grafted one) runs the streams too, so the next
+    # pass can draft from them; False: lossless streams sit such passes out (the next one
+    # drafts nothing but the drafter's, or runs the root alone with the streams)
     chain_streams: bool = True
 
     @property

@@ -74,6 +74,11 @@ class TreePolicy:
         paths = self.fixed_paths()
         return None if paths is None else (paths,)
 
+    def may_cut(self) -> bool:
+        """Whether the early-exit head may cut the streams' tree in a pass: a threshold, or more
+        candidates than the node cap (a top-1 chain is cut to the cap as it is drafted)."""
+        return self.prune_threshold > 0 or (self.top_k > 1 and self.static_trees() is None)
+
     def fixed_paths(self) -> tuple[RankPath, ...] | None:
         """The tree as rank paths when its shape never changes (nothing can be pruned, no
         gating): every pass then has the same shape. None when pruning may cut it."""
