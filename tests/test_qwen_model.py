@@ -85,7 +85,8 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
+# one prompt (58 s alone on the dev CPU): the other runs with the shipped chat streams below
+@pytest.mark.parametrize("prompt", PROMPTS[:1])
 def test_speculative_decoders_equal_plain_decoding(qwen, prompt):
     params = streams_for(qwen, 1, gamma=3, top_k=2)  # random streams: mostly wrong drafts
     plain = ss.generate(qwen, prompt, max_tokens=20)
