@@ -125,7 +125,7 @@ steps() {
     step "$S" bash -c "./dev.sh specstream calibrate --force --json > $R/calibration_fresh_curve.json"
     local fs ff
     for spec in "sql sql/dev.jsonl" "e2e e2e/dev.csv" "dialogsum dialogsum/dev.jsonl" \
-        "sql_2 sql/dev.jsonl"; do  # sql twice: its ratio to mlx-lm swings with the machine
+        "sql_2 sql/dev.jsonl" "e2e_2 e2e/dev.csv"; do  # twice: ratios to mlx-lm swing
         read -r fs ff <<<"$spec"
         step "$S" ./dev.sh specstream bench --suite "${fs%_2}" --data "$D/$ff" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_fresh_curve_$fs.json \
