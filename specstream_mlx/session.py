@@ -110,8 +110,8 @@ def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Dec
     their tree whenever the context has a match."""
     lookup = LookupConfig()
     dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
-    drafts = dec.streams is not None and dec.policy.depth > 0 and not dec.policy.may_cut()
-    if drafts and sampling.greedy and dec.chain_streams:
+    graftable = dec.streams is not None and dec.policy.depth > 0 and not dec.policy.may_cut()
+    if graftable and sampling.greedy and dec.chain_streams:
         nodes = dec.policy.max_nodes + 2 * GRAFT.max_draft
         costs = _lookup_costs(loaded, dec, tree, GRAFT, nodes)
         dec = replace(dec, graft=lookup_grafter(GRAFT, costs))

@@ -85,7 +85,7 @@ PROMPTS = [
 ]
 
 
-# one prompt (58 s alone on the dev CPU): the other runs with the shipped chat streams below
+# one prompt (58 s alone on the dev CPU): the other runs `ss` with the shipped chat streams below
 @pytest.mark.parametrize("prompt", PROMPTS[:1])
 def test_speculative_decoders_equal_plain_decoding(qwen, prompt):
     params = streams_for(qwen, 1, gamma=3, top_k=2)  # random streams: mostly wrong drafts
