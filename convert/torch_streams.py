@@ -321,6 +321,7 @@ def speculative_decode(
     lookup: LookupConfig | None = None,
     draft_override=None,
     sampling: SamplingParams | None = None,
+    policy: TreePolicy | None = None,
 ) -> Iterator[Step]:
     """Speculative Streaming with the MLX runtime's loop (decoding.host) over this module's
     tensor pass: each pass verifies the previous draft and drafts the next one from the streams
@@ -330,12 +331,13 @@ def speculative_decode(
     streams' tree whenever the context has a match. `draft_override` (a test hook, greedy
     only): given the tokens decided so far, the tokens each stream should propose. With
     `sampling` (a temperature) the drafts are drawn from the streams' distributions and
-    verified by tree rejection sampling (no pruning: the tree's shape is fixed in advance)."""
+    verified by tree rejection sampling (no pruning: the tree's shape is fixed in advance).
+    `policy`: the tree to draft (default: the streams' own, TreePolicy.of their config)."""
     sampling = sampling or SamplingParams()
     if draft_override is not None and not sampling.greedy:
         raise ValueError("draft_override is for greedy decoding")
     view, cfg = View(model), streams.config
-    policy = TreePolicy.of(cfg) if draft else TreePolicy()
+    policy = (policy or TreePolicy.of(cfg)) if draft else TreePolicy()
     drafter = lookup_drafter(lookup) if lookup is not None and draft else None
     drafting = Drafting(policy, True, drafter, draft_override)
     n_streams = cfg.gamma if cfg.mode == "shared" else max(policy.depth, 1)

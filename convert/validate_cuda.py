@@ -29,6 +29,8 @@ import torch
 
 from specstream_mlx.bench.report import markdown
 from specstream_mlx.decoding.lookup import LookupConfig
+from specstream_mlx.decoding.plan import Acceptance, best_paths
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.jsonl import read_rows
 from specstream_mlx.sampling_params import SamplingParams
@@ -114,11 +116,33 @@ def read_prompts(path: str | None, limit: int) -> list[tuple[str, str]]:
     return build_chat_mix(data, limit, seed=1, split="dev")
 
 
+def sized_tree(folder: Path, cfg, nodes: int) -> tuple[TreePolicy, str]:
+    """A draft tree of `nodes` nodes, root included, and how it was made: the most probable
+    rank paths of the adapter's acceptance statistics (the static tree the MLX runtime's
+    planner picks among, decoding/plan.py), or without them every stream's top 3 cut to the
+    size by the early-exit head."""
+    acceptance = Acceptance.read(folder)
+    if acceptance is not None and acceptance.gamma == cfg.gamma:
+        paths = best_paths(acceptance, cfg.gamma, nodes - 1)
+        return TreePolicy.static(paths), f"{len(paths) + 1} nodes: acceptance.json's best paths"
+    policy = TreePolicy(3, nodes, 0.0, cfg.gamma)
+    return policy, f"{nodes} nodes: top 3 of every stream, pruned"
+
+
 def validate(
-    base: TorchBase, adapter: str, prompts, max_tokens: int, log=print, sampling=None
+    base: TorchBase,
+    adapter: str,
+    prompts,
+    max_tokens: int,
+    log=print,
+    sampling=None,
+    trees: tuple[int, ...] = (),
 ) -> dict:
     """With `sampling` (a temperature), every method samples (transformers' generate with
-    do_sample, the tree decoder by rejection sampling) and outputs are not compared."""
+    do_sample, the tree decoder by rejection sampling) and outputs are not compared. `trees`:
+    node counts N, each adding `ss@N` and `ss+pld@N`, drafting a tree of N nodes instead of the
+    adapter's own (sized_tree): on a GPU a pass of many nodes costs about what one of two does,
+    so the tree that pays there is larger than the one an adapter keeps for a CPU."""
     folder = Path(adapter) if Path(adapter).exists() else SHIPPED / adapter
     streams = load_torch_adapter(folder, base)
     cfg = streams.config
@@ -134,6 +158,10 @@ def validate(
         "ss": ss,
         "ss+pld": lambda ids: ss(ids, lookup=LookupConfig()),
     }
+    sized = {n: sized_tree(folder, cfg, n) for n in trees}
+    for n, (policy, _) in sized.items():
+        methods[f"ss@{n}"] = lambda ids, p=policy: ss(ids, policy=p)
+        methods[f"ss+pld@{n}"] = lambda ids, p=policy: ss(ids, policy=p, lookup=LookupConfig())
     if cfg.mode == "shared":
         methods["ss-plain"] = lambda ids: ss(ids, draft=False)
     reference = "ss-plain" if cfg.mode == "shared" else "ar"
@@ -188,6 +216,7 @@ def validate(
             "medusa": None,
             "lora": None,
             "tokens_per_second": "generated tokens / wall seconds, prefill included",
+            "trees": {f"ss@{n}": how for n, (_, how) in sized.items()},
         },
         "methods": rows,
         "unavailable": {},
@@ -249,8 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write the JSON report here")
+    p.add_argument(
+        "--trees", default="", help="node counts N,N,...: also ss@N and ss+pld@N (sized_tree)"
+    )
     args = p.parse_args(argv)
     try:
+        try:
+            trees = tuple(int(n) for n in args.trees.split(",") if n.strip())
+        except ValueError:
+            raise SpecstreamError(f"--trees: node counts like 4,8,16, not {args.trees!r}") from None
+        if any(n < 2 for n in trees):
+            raise SpecstreamError("--trees: a tree has at least 2 nodes (the root and a draft)")
         if args.limit < 1 or args.max_tokens < 1:
             raise SpecstreamError("--limit and --max-tokens must be >= 1")
         if args.out and not Path(args.out).resolve().parent.is_dir():
@@ -258,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         sampling = SamplingParams(args.temp, args.top_p, args.top_k, args.seed)
         base = load_base(args.model, device=args.device, dtype=args.dtype)
         prompts = read_prompts(args.prompts, args.limit)
-        result = validate(base, args.adapter, prompts, args.max_tokens, sampling=sampling)
+        result = validate(
+            base, args.adapter, prompts, args.max_tokens, sampling=sampling, trees=trees
+        )
     except SpecstreamError as exc:
         print(f"validate_cuda: error: {exc}", file=sys.stderr)
         return 2

@@ -17,8 +17,11 @@
 # reads them; ADAPTER: a shipped adapter of the prepared model, or a folder) joins the parts,
 # checks their sha256, installs the `gguf` reader from the carried wheel (offline) and writes
 # $OUT/cuda_ADAPTER_SUITE.json (the bench schema), the markdown table on stdout. `join` does the
-# first steps alone (scripts/cuda_train.sh runs it). Rehearse it here with
-# `scripts/cuda_validate.sh rehearse` (CPU, MLX hidden).
+# first steps alone (scripts/cuda_train.sh runs it). TREES=4,8,16,32 adds ss@N and ss+pld@N:
+# the adapter's draft tree sized to N nodes (convert/validate_cuda.py sized_tree; a shipped
+# adapter's own tree is the 2-node one the MLX runtime starts from before its planner picks one
+# for the device, and the leases before 2026-11-28 measured only that on the GPU). Rehearse it
+# here with `scripts/cuda_validate.sh rehearse` (CPU, MLX hidden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART_BYTES=${PART_BYTES:-36000000}
@@ -97,8 +100,8 @@ run)
     python3 -m convert.validate_cuda --model runs/cuda/model.gguf \
         --adapter "$(adapter_folder "$adapter")" \
         --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit "${LIMIT:-16}" \
-        --max-tokens "${MAX_TOKENS:-64}" \
-        --out "$out/cuda_${adapter}_${3:-chat}.json"
+        --max-tokens "${MAX_TOKENS:-64}" ${TREES:+--trees "$TREES"} \
+        --out "$out/cuda_$(basename "$adapter")_${3:-chat}.json"  # a folder: its last name
     ;;
 *)
     echo "usage: [MODEL=NAME] scripts/cuda_validate.sh prepare | rehearse [ADAPTER [SUITE]] | join | run [ADAPTER [SUITE]]" >&2

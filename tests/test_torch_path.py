@@ -744,6 +744,38 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     assert json.loads(out.read_text())["config"]["precision"] == "bfloat16"
 
 
+def test_validate_sizes_the_tree_from_the_acceptance_statistics(trained, pairs, tmp_path, capsys):
+    """--trees N adds ss@N and ss+pld@N: a tree of the N - 1 most probable rank paths of the
+    adapter's acceptance.json (without one, every stream's top 3 cut to N), still lossless."""
+    from convert.validate_cuda import main as validate
+    from specstream_mlx.streams.acceptance import ACCEPTANCE_FILE, Acceptance
+
+    folder, _ = trained["lossless"]
+    gamma = json.loads((folder / "stream_config.json").read_text())["stream_config"]["gamma"]
+    measured = tmp_path / "measured"
+    shutil.copytree(folder, measured)
+    ranks = [[0] * gamma] * 6 + [[1] + [0] * (gamma - 1)] * 3 + [[2] * gamma]
+    stats = Acceptance.from_ranks(ranks, gamma).to_dict()
+    (measured / ACCEPTANCE_FILE).write_text(json.dumps(stats))
+    loaded, _ = pairs["llama"]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "SELECT"}\n')
+    out = tmp_path / "r.json"
+    argv = ["--model", str(loaded.path), "--prompts", str(prompts), "--max-tokens", "8"]
+    argv += ["--device", "cpu", "--out", str(out), "--trees", "3,5"]
+    for adapter, made in ((measured, "acceptance.json's best paths"), (folder, "pruned")):
+        assert validate([*argv, "--adapter", str(adapter)]) == 0
+        report = json.loads(out.read_text())
+        rows = {m["name"]: m for m in report["methods"]}
+        assert set(rows) == {"ar", "ss", "ss+pld", "ss@3", "ss+pld@3", "ss@5", "ss+pld@5"}
+        assert all(r["identical_to_ar"] == 1.0 for n, r in rows.items() if n != "ar")
+        assert made in report["config"]["trees"]["ss@5"]
+    assert report["config"]["trees"]["ss@3"].startswith("3 nodes")
+    capsys.readouterr()
+    assert validate([*argv[:-1], "4,x", "--adapter", str(folder)]) == 2
+    assert "--trees" in capsys.readouterr().err
+
+
 def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys, data):
     """`python -m convert.torch_train` writes an adapter `specstream convert` accepts; a run cut
     after step 2 resumes from its checkpoint and ends where an uncut run ends, exactly."""
