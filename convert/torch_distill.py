@@ -13,6 +13,12 @@ came from here).
     python -m convert.torch_distill --instructions ../shared/data/instructions/instructions.jsonl \
         --out runs/distill/instructions_train.jsonl [--split train] [--limit N] [--max-new N] \
         [--model GGUF] [--max-tokens 160] [--batch-size 128] [--device cuda]
+
+`--chat-mix N` answers instead N prompts of the chat suite's mix built from the train splits
+(training/chat_prompts.py: written instructions, WikiText passages, DialogSum dialogues, E2E
+meaning representations, SQL questions; `--seed`, `--data`): four fifths of the chat suite's
+prompts are of those kinds, which the instruction answers do not cover. Repeated prompts are
+answered once.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
+from specstream_mlx.training.chat_prompts import build_chat_mix
 from specstream_mlx.training.instructions import Instruction, instructions_split
 
 from .torch_base import TorchBase, load_base
@@ -66,6 +73,22 @@ def greedy_answers(
     return answers
 
 
+# where a chat-mix prompt's text comes from (../shared/data/README.md: licences)
+MIX_SOURCES = {
+    "instruction": "specstream-mlx chat_prompts.INSTRUCTIONS",
+    "passage": "shared/data wikitext2/train.txt (WikiText-2, CC BY-SA 3.0)",
+    "dialogue": "shared/data dialogsum/train.jsonl (DialogSum, CC BY-NC-SA 4.0)",
+    "data2text": "shared/data e2e/train.csv (E2E NLG, CC BY-SA 4.0)",
+    "sql": "shared/data sql/train.jsonl (WikiSQL subset, BSD-3)",
+}
+
+
+def chat_mix_items(data: str | Path, n: int, seed: int) -> list[Instruction]:
+    """n prompts of the chat suite's mix over the train splits, as distillation items."""
+    mix = build_chat_mix(data, n, seed=seed, split="train")
+    return [Instruction(prompt, MIX_SOURCES[category], category) for category, prompt in mix]
+
+
 def distill(
     base: TorchBase,
     items: list[Instruction],
@@ -101,7 +124,11 @@ def distill(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instructions", required=True, help="instructions.jsonl")
+    prompts = parser.add_mutually_exclusive_group(required=True)
+    prompts.add_argument("--instructions", help="instructions.jsonl")
+    prompts.add_argument("--chat-mix", type=int, help="N prompts of the chat mix (train splits)")
+    parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", "../shared/data"))
+    parser.add_argument("--seed", type=int, default=0, help="the chat mix's shuffle")
     parser.add_argument("--split", choices=["train", "dev"], default="train")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts of the split")
     parser.add_argument(
@@ -116,7 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.batch_size < 1 or args.max_tokens < 1:
             raise SpecstreamError("--batch-size and --max-tokens must be at least 1")
-        items = instructions_split(args.instructions, args.split)[: args.limit]
+        if args.chat_mix is not None:
+            if args.chat_mix < 1:
+                raise SpecstreamError("--chat-mix must be at least 1")
+            items = chat_mix_items(args.data, args.chat_mix, args.seed)[: args.limit]
+        else:
+            items = instructions_split(args.instructions, args.split)[: args.limit]
         base = load_base(args.model, args.device)
         distill(base, items, args.out, args.max_tokens, args.batch_size, max_new=args.max_new)
     except SpecstreamError as exc:
