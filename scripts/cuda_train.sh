@@ -53,6 +53,12 @@
 # $OUT/instructions_train_gpu.jsonl.gz; `import FOLDER` here packs them as the next shard of
 # corpus/ (docs/CORPUS.md: record it as GPU-made). Rehearsed on the CPU with
 # `DEVICE=cpu TORCH_PYTHON="./dev.sh python" MAX_NEW=N OUT=runs/cuda_distill_rehearsal`.
+# `MIX=N [SEED=S] distill` answers N prompts of the chat suite's mix over the train splits
+# instead (torch_distill --chat-mix: passages, dialogues, meaning representations, SQL
+# questions, which the instruction answers lack), into runs/cuda/distill/mix_train.jsonl on the
+# machine and $OUT/mix_train_gpu.jsonl.gz here; `CHAT_EXTRA=FILE` adds a file's rows to chat's
+# training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`).
+# runs/cudadata is ~12 MB with WikiText's train split: carry it in a call of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +68,7 @@ files() {  # TASK -> the train file under runs/cuda/data
     data2text) echo e2e/train.csv ;;
     summarize) echo dialogsum/train.jsonl ;;
     chat) echo instructions/train.jsonl ;;
+    wikitext) echo wikitext2/train.txt ;;  # the chat mix's passages (distill MIX=N)
     *)
         echo "unknown task $1 (sql, data2text, summarize, chat)" >&2
         exit 2
@@ -86,13 +93,17 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
         --lora-layers "${LORA_LAYERS:-0}")
     [ "$task" != chat ] || recipe=(--mode lossless --n-msa-layers "${MSA_LAYERS:-16}" --lr 3e-3
         --segment 32 --warmup 20 --rank "${RANK:-8}")
-    local length=${MAX_LENGTH:-$(max_length "$task")}
+    local length=${MAX_LENGTH:-$(max_length "$task")} data
+    data="runs/cuda/data/$(files "$task")"
+    if [ "$task" = chat ] && [ -n "${CHAT_EXTRA:-}" ]; then  # more answers, e.g. the chat mix's
+        mkdir -p "$out" && cat "$data" "$CHAT_EXTRA" > "$out/chat_train.jsonl" && data=$out/chat_train.jsonl
+    fi
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
         recipe=(--mode lossless --targets self --n-msa-layers 8 --lr 1e-3 --segment 64 --warmup 10)
         [ "$task" = chat ] || recipe=(--task "$task" "${recipe[@]}")
         length=${MAX_LENGTH:-320}
     fi
-    "$@" -m convert.torch_train --model runs/cuda/model.gguf --data "runs/cuda/data/$(files "$task")" \
+    "$@" -m convert.torch_train --model runs/cuda/model.gguf --data "$data" \
         --gamma 4 --steps "$steps" --batch-size "$batch" --max-length "$length" "${recipe[@]}" \
         --device "$device" --out "$out/${task}_torch" --overwrite
 }
@@ -111,8 +122,9 @@ prepare)
     bash scripts/cuda_validate.sh prepare
     data=${SPECSTREAM_DATA:-../shared/data}
     rm -rf runs/cudadata && mkdir -p runs/cudadata/sql runs/cudadata/e2e runs/cudadata/dialogsum
-    for task in sql data2text summarize; do
+    for task in sql data2text summarize wikitext; do
         f=$(files $task)
+        mkdir -p "runs/cudadata/$(dirname "$f")"
         gzip -c "$data/$f" > "runs/cudadata/$f.gz"
     done
     # chat: the distilled answers kept in corpus/, with their prompts (no instructions file there)
@@ -131,6 +143,16 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
     rows=runs/cuda/distill/instructions_train.jsonl
     [ -f "$rows" ] || gunzip -c runs/cudadata/instructions/train.jsonl.gz > "$rows"
     gunzip -c runs/cudadata/instructions/prompts.jsonl.gz > runs/cuda/distill/prompts.jsonl
+    if [ -n "${MIX:-}" ]; then  # MIX prompts of the chat mix instead (train splits, SEED)
+        for task in sql data2text summarize wikitext; do unpack $task; done
+        mix=runs/cuda/distill/mix_train.jsonl
+        ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
+            --chat-mix "$MIX" --seed "${SEED:-0}" --data runs/cuda/data --out "$mix" \
+            --max-tokens 160 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
+            2>&1 | tee -a "$out/distill.log"
+        gzip -c "$mix" > "$out/mix_train_gpu.jsonl.gz"  # train chat on it: CHAT_EXTRA=$mix
+        exit 0
+    fi
     kept=$(wc -l < "$rows")
     ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
         --instructions runs/cuda/distill/prompts.jsonl --split train --out "$rows" \
