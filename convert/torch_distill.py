@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
 from specstream_mlx.training.chat_prompts import build_chat_mix
+from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
 from specstream_mlx.training.instructions import Instruction, instructions_split
 
 from .torch_base import TorchBase, load_base
