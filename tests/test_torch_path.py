@@ -29,6 +29,7 @@ from convert.torch_streams import (
     speculative_decode,
 )
 from convert.torch_train import TrainConfig, train
+from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
@@ -742,6 +743,27 @@ def test_validate_command_runs_on_the_cpu(trained, pairs, tmp_path, capsys):
     # half precision runs (streams follow the base's dtype); not a parity check
     assert validate([*argv[:3], str(shared), *argv[4:], "--dtype", "bfloat16"]) == 0
     assert json.loads(out.read_text())["config"]["precision"] == "bfloat16"
+
+
+def test_a_given_tree_policy_is_what_the_torch_decoder_drafts(pairs):
+    """speculative_decode(policy=...) drafts that tree, not the streams' own: with an oracle's
+    drafts a pass accepts at most the policy's depth plus one token."""
+    _, base = pairs["llama"]
+    cfg = StreamConfig(gamma=3, top_k=1, n_msa_layers=2)
+    streams = TorchStreams(cfg, base.config["hidden_size"]).randomize(1)
+    prompt = list(range(30, 40))
+    truth = hf_greedy(base.model, prompt, 24)
+
+    def oracle(history):
+        done = len(history) - len(prompt)
+        return [[truth[done + j] if done + j < len(truth) else 0] for j in range(3)]
+
+    for paths, most in (((), 1), (((0,),), 2), (((0,), (0, 0)), 3)):
+        policy = TreePolicy.static(paths)
+        steps = list(speculative_decode(base.model, streams, prompt, 20, draft_override=oracle,
+                                        policy=policy))  # fmt: skip
+        assert [t for s in steps for t in s.tokens] == truth[:20]
+        assert max(len(s.tokens) for s in steps) == most
 
 
 def test_validate_sizes_the_tree_from_the_acceptance_statistics(trained, pairs, tmp_path, capsys):
