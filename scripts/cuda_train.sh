@@ -57,7 +57,10 @@
 # instead (torch_distill --chat-mix: passages, dialogues, meaning representations, SQL
 # questions, which the instruction answers lack), into runs/cuda/distill/mix_train.jsonl on the
 # machine and $OUT/mix_train_gpu.jsonl.gz here; `CHAT_EXTRA=FILE` adds a file's rows to chat's
-# training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`).
+# training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`; run the
+# distill and the rows in one call: a machine handed back between calls loses the mix file, and
+# a missing CHAT_EXTRA stops the row). `import FOLDER` unpacks a returned mix_train_gpu.jsonl.gz
+# to $GPU_DIR/mix_train.jsonl.
 # runs/cudadata is ~12 MB with WikiText's train split: carry it in a call of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,7 +99,12 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
     local length=${MAX_LENGTH:-$(max_length "$task")} data
     data="runs/cuda/data/$(files "$task")"
     if [ "$task" = chat ] && [ -n "${CHAT_EXTRA:-}" ]; then  # more answers, e.g. the chat mix's
-        mkdir -p "$out" && cat "$data" "$CHAT_EXTRA" > "$out/chat_train.jsonl" && data=$out/chat_train.jsonl
+        # checked here: a failure inside an && list does not stop the script (set -e), and the
+        # row would train on the base data alone while reporting success
+        [ -f "$CHAT_EXTRA" ] || { echo "CHAT_EXTRA=$CHAT_EXTRA: no such file" >&2; exit 2; }
+        mkdir -p "$out"
+        cat "$data" "$CHAT_EXTRA" > "$out/chat_train.jsonl"
+        data=$out/chat_train.jsonl
     fi
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
         recipe=(--mode lossless --targets self --n-msa-layers 8 --lr 1e-3 --segment 64 --warmup 10)
@@ -146,7 +154,7 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
     if [ -n "${MIX:-}" ]; then  # MIX prompts of the chat mix instead (train splits, SEED)
         for task in sql data2text summarize wikitext; do unpack $task; done
         mix=runs/cuda/distill/mix_train.jsonl
-        ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
+        PYTHONUNBUFFERED=1 ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
             --chat-mix "$MIX" --seed "${SEED:-0}" --data runs/cuda/data --out "$mix" \
             --max-tokens 160 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
             2>&1 | tee -a "$out/distill.log"
@@ -154,7 +162,7 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
         exit 0
     fi
     kept=$(wc -l < "$rows")
-    ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
+    PYTHONUNBUFFERED=1 ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
         --instructions runs/cuda/distill/prompts.jsonl --split train --out "$rows" \
         --max-tokens 160 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
         ${MAX_NEW:+--max-new "$MAX_NEW"} 2>&1 | tee -a "$out/distill.log"
@@ -224,6 +232,12 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
         gunzip -c "$from/instructions_train_gpu.jsonl.gz" > ../runs/gpu/instructions_train_gpu.jsonl
         ./dev.sh python scripts/corpus.py pack --split train --rows ../runs/gpu/instructions_train_gpu.jsonl
         exit 0
+    fi
+    if [ -f "$from/mix_train_gpu.jsonl.gz" ]; then  # the chat mix's answers (MIX=N distill)
+        gunzip -c "$from/mix_train_gpu.jsonl.gz" > "$to/mix_train.jsonl.tmp"
+        mv "$to/mix_train.jsonl.tmp" "$to/mix_train.jsonl"
+        echo "$(wc -l < "$to/mix_train.jsonl") chat mix rows in $to/mix_train.jsonl"
+        compgen -G "$from/*_torch.tar" > /dev/null || exit 0
     fi
     for tarball in "$from"/*_torch.tar; do
         [ -f "$tarball" ] || { echo "no TASK_torch.tar in $from" >&2; exit 2; }

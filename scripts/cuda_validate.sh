@@ -20,8 +20,10 @@
 # first steps alone (scripts/cuda_train.sh runs it). TREES=4,8,16,32 adds ss@N and ss+pld@N:
 # the adapter's draft tree sized to N nodes (convert/validate_cuda.py sized_tree; a shipped
 # adapter's own tree is the 2-node one the MLX runtime starts from before its planner picks one
-# for the device, and the leases before 2026-11-28 measured only that on the GPU). Rehearse it
-# here with `scripts/cuda_validate.sh rehearse` (CPU, MLX hidden).
+# for the device, and the leases before 2026-11-28 measured only that on the GPU), into
+# cuda_ADAPTER_SUITE_trees.json; such a run holds ar, ss and ss+pld as well, so a lease needs no
+# plain run beside it. Rehearse it here with `[TREES=4,8] [LIMIT=N] scripts/cuda_validate.sh
+# rehearse ADAPTER SUITE` (CPU, MLX hidden).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART_BYTES=${PART_BYTES:-36000000}
@@ -81,8 +83,8 @@ PY
 rehearse)  # the run step's validation here, on the CPU, with MLX hidden as on the device machine
     TORCH_PYTHON="./dev.sh python" join_model
     ./dev.sh python - --model runs/cuda/model.gguf --adapter "$(adapter_folder "${2:-chat}")" \
-        --device cpu --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit 2 --max-tokens 16 \
-        --out runs/cuda_rehearsal.json <<'PY'
+        --device cpu --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit "${LIMIT:-2}" \
+        --max-tokens 16 ${TREES:+--trees "$TREES"} --out runs/cuda_rehearsal.json <<'PY'
 import runpy, sys
 sys.modules.update(dict.fromkeys(["mlx", "mlx.core", "mlx.nn", "mlx_lm"]))
 sys.argv[0] = "validate_cuda"
@@ -101,7 +103,7 @@ run)
         --adapter "$(adapter_folder "$adapter")" \
         --prompts "runs/cuda1/prompts_${3:-chat}.jsonl" --limit "${LIMIT:-16}" \
         --max-tokens "${MAX_TOKENS:-64}" ${TREES:+--trees "$TREES"} \
-        --out "$out/cuda_$(basename "$adapter")_${3:-chat}.json"  # a folder: its last name
+        --out "$out/cuda_$(basename "$adapter")_${3:-chat}${TREES:+_trees}.json"  # a folder: its last name
     ;;
 *)
     echo "usage: [MODEL=NAME] scripts/cuda_validate.sh prepare | rehearse [ADAPTER [SUITE]] | join | run [ADAPTER [SUITE]]" >&2
