@@ -18,7 +18,9 @@ came from here).
 (training/chat_prompts.py: written instructions, WikiText passages, DialogSum dialogues, E2E
 meaning representations, SQL questions; `--seed`, `--data`): four fifths of the chat suite's
 prompts are of those kinds, which the instruction answers do not cover. Repeated prompts are
-answered once.
+answered once. `--mix-kinds` keeps some kinds only; by default every kind but the DialogSum
+dialogues, whose licence (CC BY-NC-SA 4.0) would make the `chat` adapter non-commercial
+(`--mix-kinds all` keeps them).
 """
 
 from __future__ import annotations
@@ -83,10 +85,35 @@ MIX_SOURCES = {
 }
 
 
-def chat_mix_items(data: str | Path, n: int, seed: int) -> list[Instruction]:
-    """n prompts of the chat suite's mix over the train splits, as distillation items."""
+# the kinds distilled by default: those whose licence allows commercial use
+PERMISSIVE_KINDS = ("instruction", "passage", "data2text", "sql")
+
+
+def chat_mix_items(
+    data: str | Path, n: int, seed: int, kinds: tuple[str, ...] = PERMISSIVE_KINDS
+) -> list[Instruction]:
+    """The prompts of `kinds` among n of the chat suite's mix over the train splits, as
+    distillation items."""
     mix = build_chat_mix(data, n, seed=seed, split="train")
-    return [Instruction(prompt, MIX_SOURCES[category], category) for category, prompt in mix]
+    return [
+        Instruction(prompt, MIX_SOURCES[category], category)
+        for category, prompt in mix
+        if category in kinds
+    ]
+
+
+def mix_kinds(text: str) -> tuple[str, ...]:
+    """`--mix-kinds`: "all" or a comma list of the chat mix's kinds."""
+    if text == "all":
+        return tuple(MIX_SOURCES)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in MIX_SOURCES]
+    if unknown or not kinds:
+        raise SpecstreamError(
+            f"--mix-kinds: unknown kind {', '.join(unknown) or '(none given)'}; "
+            f"use all or some of {', '.join(MIX_SOURCES)}"
+        )
+    return kinds
 
 
 def distill(
@@ -129,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     prompts.add_argument("--chat-mix", type=int, help="N prompts of the chat mix (train splits)")
     parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", "../shared/data"))
     parser.add_argument("--seed", type=int, default=0, help="the chat mix's shuffle")
+    parser.add_argument(
+        "--mix-kinds",
+        default=",".join(PERMISSIVE_KINDS),
+        help="the chat mix's kinds to answer: all, or a comma list (default: every kind but "
+        "dialogue, DialogSum's non-commercial dialogues)",
+    )
     parser.add_argument("--split", choices=["train", "dev"], default="train")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts of the split")
     parser.add_argument(
@@ -146,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.chat_mix is not None:
             if args.chat_mix < 1:
                 raise SpecstreamError("--chat-mix must be at least 1")
-            items = chat_mix_items(args.data, args.chat_mix, args.seed)[: args.limit]
+            kinds = mix_kinds(args.mix_kinds)
+            items = chat_mix_items(args.data, args.chat_mix, args.seed, kinds)[: args.limit]
         else:
             items = instructions_split(args.instructions, args.split)[: args.limit]
         base = load_base(args.model, args.device)

@@ -54,8 +54,9 @@
 # corpus/ (docs/CORPUS.md: record it as GPU-made). Rehearsed on the CPU with
 # `DEVICE=cpu TORCH_PYTHON="./dev.sh python" MAX_NEW=N OUT=runs/cuda_distill_rehearsal`.
 # `MIX=N [SEED=S] distill` answers N prompts of the chat suite's mix over the train splits
-# instead (torch_distill --chat-mix: passages, dialogues, meaning representations, SQL
-# questions, which the instruction answers lack), into runs/cuda/distill/mix_train.jsonl on the
+# instead (torch_distill --chat-mix: passages, meaning representations, SQL questions, which
+# the instruction answers lack; DialogSum's dialogues only with MIX_KINDS=all: their licence is
+# non-commercial), into runs/cuda/distill/mix_train.jsonl on the
 # machine and $OUT/mix_train_gpu.jsonl.gz here; `CHAT_EXTRA=FILE` adds a file's rows to chat's
 # training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`; run the
 # distill and the rows in one call: a machine handed back between calls loses the mix file, and
@@ -155,7 +156,8 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
         for task in sql data2text summarize wikitext; do unpack $task; done
         mix=runs/cuda/distill/mix_train.jsonl
         PYTHONUNBUFFERED=1 ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
-            --chat-mix "$MIX" --seed "${SEED:-0}" --data runs/cuda/data --out "$mix" \
+            --chat-mix "$MIX" --seed "${SEED:-0}" ${MIX_KINDS:+--mix-kinds "$MIX_KINDS"} \
+            --data runs/cuda/data --out "$mix" \
             --max-tokens 160 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
             2>&1 | tee -a "$out/distill.log"
         gzip -c "$mix" > "$out/mix_train_gpu.jsonl.gz"  # train chat on it: CHAT_EXTRA=$mix

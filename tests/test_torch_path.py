@@ -995,7 +995,8 @@ def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(tiny_folders
 
 def test_torch_distiller_answers_the_chat_mix(tiny_folders, data, tmp_path, capsys):
     """`--chat-mix N` distils the chat suite's kinds of prompts from the train splits, each row
-    naming the data set its prompt came from; a bad N is an error, not a traceback."""
+    naming the data set its prompt came from, without DialogSum's non-commercial dialogues
+    unless asked for; a bad N or kind is an error, not a traceback."""
     from convert.torch_distill import MIX_SOURCES
     from convert.torch_distill import main as distill_main
     from specstream_mlx.training.chat_prompts import build_chat_mix
@@ -1004,12 +1005,20 @@ def test_torch_distiller_answers_the_chat_mix(tiny_folders, data, tmp_path, caps
     argv = ["--model", str(tiny_folders["llama"]), "--data", str(data), "--out", str(out)]
     argv += ["--seed", "3", "--max-tokens", "4", "--device", "cpu", "--chat-mix"]
     mix = build_chat_mix(data, 10, seed=3, split="train")
+    permissive = [(c, p) for c, p in mix if c != "dialogue"]
+    assert len(permissive) < len(mix)  # the mix has dialogues to leave out
     assert distill_main([*argv, "10", "--limit", "6"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert {r["prompt"]: r["category"] for r in rows} == {p: c for c, p in mix[:6]}
+    assert {r["prompt"]: r["category"] for r in rows} == {p: c for c, p in permissive[:6]}
     assert all(r["source"] == MIX_SOURCES[r["category"]] for r in rows)
     assert distill_main([*argv, "10"]) == 0  # resumes: only the other prompts are answered
-    assert len(out.read_text().splitlines()) == len({p for _, p in mix})
+    assert len(out.read_text().splitlines()) == len({p for _, p in permissive})
+    assert distill_main([*argv, "10", "--mix-kinds", "all"]) == 0  # the dialogues too
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == len({p for _, p in mix})
+    assert {r["category"] for r in rows if "CC BY-NC" in r["source"]} == {"dialogue"}
     capsys.readouterr()
     assert distill_main([*argv, "0"]) == 2
     assert "--chat-mix" in capsys.readouterr().err
+    assert distill_main([*argv, "10", "--mix-kinds", "dialog"]) == 2
+    assert "--mix-kinds" in capsys.readouterr().err
