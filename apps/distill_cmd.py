@@ -17,7 +17,8 @@ def add_parser(subparsers) -> None:
         "--chat-prompts",
         type=positive_int,
         metavar="N",
-        help="build N varied chat prompts from --data-dir (the `chat` adapter mix)",
+        help="build N varied chat prompts from --data-dir's train splits (the `chat` adapter "
+        "mix; --mix-kinds)",
     )
     src.add_argument(
         "--instructions",
@@ -49,6 +50,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="sequences decoded at once")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--mix-kinds",
+        help="--chat-prompts: the kinds to answer, all or a comma list (default: every kind but "
+        "dialogue, DialogSum's non-commercial dialogues)",
+    )
+    p.add_argument(
         "--quiet", action="store_true", help="no progress bar or per-batch lines: a summary only"
     )
     p.set_defaults(run=run)
@@ -60,7 +66,7 @@ def source_prompts(args) -> list:
 
     import specstream_mlx as ss
     from specstream_mlx.jsonl import read_rows
-    from specstream_mlx.training.chat_prompts import build_chat_mix
+    from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
     from specstream_mlx.training.instructions import FILE, Instruction, instructions_split
 
     if args.prompts:
@@ -75,8 +81,8 @@ def source_prompts(args) -> list:
     elif args.instructions is not None:
         items = instructions_split(args.instructions or Path(args.data_dir) / FILE, args.split)
     else:
-        mix = build_chat_mix(args.data_dir, args.chat_prompts, args.seed)
-        items = [Instruction(p, f"chat-mix@seed{args.seed}", c) for c, p in mix]
+        kinds = mix_kinds(args.mix_kinds)
+        items = chat_mix_items(args.data_dir, args.chat_prompts, args.seed, kinds)
     return items[: args.limit]
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.training.chat_prompts import build_chat_mix
+from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
 from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
 from specstream_mlx.training.instructions import Instruction, instructions_split
 
@@ -73,47 +73,6 @@ def greedy_answers(
         end = next((i for i, t in enumerate(row) if t in eos), None)
         answers.append((row[:end], False) if end is not None else (row[:max_tokens], True))
     return answers
-
-
-# where a chat-mix prompt's text comes from (../shared/data/README.md: licences)
-MIX_SOURCES = {
-    "instruction": "specstream-mlx chat_prompts.INSTRUCTIONS",
-    "passage": "shared/data wikitext2/train.txt (WikiText-2, CC BY-SA 3.0)",
-    "dialogue": "shared/data dialogsum/train.jsonl (DialogSum, CC BY-NC-SA 4.0)",
-    "data2text": "shared/data e2e/train.csv (E2E NLG, CC BY-SA 4.0)",
-    "sql": "shared/data sql/train.jsonl (WikiSQL subset, BSD-3)",
-}
-
-
-# the kinds distilled by default: those whose licence allows commercial use
-PERMISSIVE_KINDS = ("instruction", "passage", "data2text", "sql")
-
-
-def chat_mix_items(
-    data: str | Path, n: int, seed: int, kinds: tuple[str, ...] = PERMISSIVE_KINDS
-) -> list[Instruction]:
-    """The prompts of `kinds` among n of the chat suite's mix over the train splits, as
-    distillation items."""
-    mix = build_chat_mix(data, n, seed=seed, split="train")
-    return [
-        Instruction(prompt, MIX_SOURCES[category], category)
-        for category, prompt in mix
-        if category in kinds
-    ]
-
-
-def mix_kinds(text: str) -> tuple[str, ...]:
-    """`--mix-kinds`: "all" or a comma list of the chat mix's kinds."""
-    if text == "all":
-        return tuple(MIX_SOURCES)
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in MIX_SOURCES]
-    if unknown or not kinds:
-        raise SpecstreamError(
-            f"--mix-kinds: unknown kind {', '.join(unknown) or '(none given)'}; "
-            f"use all or some of {', '.join(MIX_SOURCES)}"
-        )
-    return kinds
 
 
 def distill(
@@ -158,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the chat mix's shuffle")
     parser.add_argument(
         "--mix-kinds",
-        default=",".join(PERMISSIVE_KINDS),
         help="the chat mix's kinds to answer: all, or a comma list (default: every kind but "
         "dialogue, DialogSum's non-commercial dialogues)",
     )

@@ -174,6 +174,26 @@ def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):
     assert len(train) == 300 - len(instructions_split(path, "dev"))
 
 
+def test_distill_cli_chat_prompts_leave_out_non_commercial_dialogues(data):
+    """`specstream distill --chat-prompts N` answers the chat mix's prompts, each naming its data
+    set and licence, without DialogSum's non-commercial dialogues unless --mix-kinds asks."""
+    from specstream_apps.cli import build_parser
+    from specstream_apps.distill_cmd import source_prompts
+
+    from specstream_mlx.training.chat_prompts import MIX_SOURCES
+
+    argv = ["distill", "--chat-prompts", "20", "--data-dir", str(data), "--out", "o.jsonl"]
+    default = source_prompts(build_parser().parse_args(argv))
+    every = source_prompts(build_parser().parse_args(argv + ["--mix-kinds", "all"]))
+    assert {it.category for it in every} == set(MIX_SOURCES)
+    assert [it for it in every if it.category != "dialogue"] == default
+    assert all(it.source == MIX_SOURCES[it.category] for it in every)
+    only = source_prompts(build_parser().parse_args(argv + ["--mix-kinds", "sql,passage"]))
+    assert {it.category for it in only} == {"sql", "passage"}
+    with pytest.raises(ss.SpecstreamError, match="--mix-kinds"):
+        source_prompts(build_parser().parse_args(argv + ["--mix-kinds", "dialogues"]))
+
+
 def _distilled_rows(prompts):
     rows = [
         make_row(_Letters(), Instruction(p, f"r@{i % 2}", "c"), [i % 20, 3, 4], capped=i % 2 == 0)

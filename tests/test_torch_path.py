@@ -997,9 +997,8 @@ def test_torch_distiller_answers_the_chat_mix(tiny_folders, data, tmp_path, caps
     """`--chat-mix N` distils the chat suite's kinds of prompts from the train splits, each row
     naming the data set its prompt came from, without DialogSum's non-commercial dialogues
     unless asked for; a bad N or kind is an error, not a traceback."""
-    from convert.torch_distill import MIX_SOURCES
     from convert.torch_distill import main as distill_main
-    from specstream_mlx.training.chat_prompts import build_chat_mix
+    from specstream_mlx.training.chat_prompts import MIX_SOURCES, build_chat_mix
 
     out = tmp_path / "mix.jsonl"
     argv = ["--model", str(tiny_folders["llama"]), "--data", str(data), "--out", str(out)]

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from ..errors import SpecstreamError
+from .instructions import Instruction
 
 INSTRUCTIONS = [
     "Explain why the sky is blue.",
@@ -119,3 +120,46 @@ def build_chat_mix(
     ]
     rng.shuffle(prompts)
     return prompts
+
+
+# where a chat-mix prompt's text comes from (../shared/data/README.md: licences), per kind
+MIX_SOURCES = {
+    "instruction": "specstream-mlx chat_prompts.INSTRUCTIONS",
+    "passage": "shared/data wikitext2/train.txt (WikiText-2, CC BY-SA 3.0)",
+    "dialogue": "shared/data dialogsum/train.jsonl (DialogSum, CC BY-NC-SA 4.0)",
+    "data2text": "shared/data e2e/train.csv (E2E NLG, CC BY-SA 4.0)",
+    "sql": "shared/data sql/train.jsonl (WikiSQL subset, BSD-3)",
+}
+
+# the kinds distilled by default: those whose licence allows commercial use (an adapter
+# trained on DialogSum's answers is for non-commercial use)
+PERMISSIVE_KINDS = ("instruction", "passage", "data2text", "sql")
+
+
+def chat_mix_items(
+    data: str | Path, n: int, seed: int, kinds: tuple[str, ...] = PERMISSIVE_KINDS
+) -> list[Instruction]:
+    """The prompts of `kinds` among n of the chat suite's mix over the train splits, as
+    distillation items naming their data set and licence."""
+    mix = build_chat_mix(data, n, seed=seed, split="train")
+    return [
+        Instruction(prompt, MIX_SOURCES[category], category)
+        for category, prompt in mix
+        if category in kinds
+    ]
+
+
+def mix_kinds(text: str | None) -> tuple[str, ...]:
+    """`--mix-kinds`: "all" or a comma list of the chat mix's kinds (None: the permissive ones)."""
+    if text is None:
+        return PERMISSIVE_KINDS
+    if text == "all":
+        return tuple(MIX_SOURCES)
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in MIX_SOURCES]
+    if unknown or not kinds:
+        raise SpecstreamError(
+            f"--mix-kinds: unknown kind {', '.join(unknown) or '(none given)'}; "
+            f"use all or some of {', '.join(MIX_SOURCES)}"
+        )
+    return kinds
