@@ -481,7 +481,7 @@ steps() {
     # 40 min; not its training, which would replace the shipped adapter), then one diagnostic per
     # row of the table, each run to 160 steps (8-10 min each), and --steps 320 (16 min)
     S="Trained stream adapters: why the lossless streams learned so little (issue 4)"
-    step "$S" ensure runs/chat_distill.jsonl ./dev.sh specstream distill --chat-prompts 640 --seed 0 \
+    step "$S" ensure runs/chat_distill.jsonl ./dev.sh specstream distill --chat-prompts 640 --mix-kinds all --seed 0 \
         --data-dir "$D" --max-tokens 160 --batch-size 32 --out runs/chat_distill.jsonl
     MEM=(./dev.sh python benchmarks/stream_memorise.py --data runs/chat_distill.jsonl --rows 8)
     step "$S" "${MEM[@]}" --steps 160 --lr 3e-3 --plain-adapter-lr
