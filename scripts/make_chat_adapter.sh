@@ -3,24 +3,32 @@
 # 1. the base model's own greedy answers to the instruction prompts of
 #    ../shared/data/instructions, kept in corpus/ (docs/CORPUS.md), unpacked; the usable ones
 #    (not degenerate; the first ROWS if set) are the training rows: every usable row of the
-#    shards train-00001..00010 (11,486), what the shipped adapter was trained on;
+#    shards train-00001..00010 (11,486);
 # 2. lossless stream training with the PyTorch path's trainer (convert/torch_train.py, the MLX
 #    trainer's recipe and optimizer steps): MSA_LAYERS (16) MSA layers, STEPS (3,000) of batch 4,
-#    lr 3e-3, segment 32, warmup 20. The shipped one was trained on an H200 (`MSA_LAYERS=16
-#    CHAT_STEPS=3000 bash scripts/cuda_train.sh run chat`, 333 s beside another run;
-#    docs/BENCHMARKS.md, "The sixth lease"); here, DEVICE=cuda on a GPU, or on the 2-core dev
-#    CPU some 3 hours alone (2.8-3.1 s a step with 12 MSA layers); MSA_LAYERS=12 STEPS=4000
-#    ROWS=10185 give the one shipped before it (gpu4000), MSA_LAYERS=12 STEPS=2000 ROWS=10000 the
-#    one before that (msa12long); resumable (rerun after an interruption: the checkpoint sits
-#    beside runs/chat_torch/);
-# 3. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
+#    lr 3e-3, segment 32, warmup 20 (msa16, shipped 2026-11-28: trained on an H200,
+#    `MSA_LAYERS=16 CHAT_STEPS=3000 bash scripts/cuda_train.sh run chat`, 333 s beside another
+#    run; docs/BENCHMARKS.md, "The sixth lease"); here, DEVICE=cuda on a GPU, or on the 2-core
+#    dev CPU some 3 hours alone (2.8-3.1 s a step with 12 MSA layers); BASE=FOLDER skips it and
+#    continues FOLDER instead (msa16 itself: `git show 84c2efa:specstream_mlx/adapters/chat/...`);
+#    MIX_STEPS=0 stops after it (msa16 is then the result), and MSA_LAYERS=12 STEPS=4000
+#    ROWS=10185 MIX_STEPS=0 give the one shipped before msa16 (gpu4000); resumable (rerun after
+#    an interruption: checkpoints sit beside runs/chat_torch/ and runs/chat_mix_torch/);
+# 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
+#    the data sets' train splits, kept in corpus/ (shard mix-00001: `python -m
+#    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
+#    E2E meaning representations, WikiSQL questions and 30 written instructions; no DialogSum),
+#    unpacked; its usable answers plus as many usable instruction answers drawn at random
+#    (seed 0), MIX_STEPS (300) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter;
+# 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
-#    curve) and its acceptance statistics on the chat suite's items 40-51.
+#    curve) and its acceptance statistics on the chat suite's items 40-51 (OUT=FOLDER writes
+#    there instead of the shipped folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 RUN=${RUN_DIR:-runs}
-OUT=specstream_mlx/adapters/chat
+OUT=${OUT:-specstream_mlx/adapters/chat}  # OUT=FOLDER: a candidate, elsewhere
 mkdir -p "$RUN"
 ./dev.sh python scripts/corpus.py unpack --split train --rows "$RUN/instructions_train.jsonl" \
     --data-dir "$DATA_DIR"
@@ -33,12 +41,37 @@ with open(f"{run}/chat_train.jsonl.tmp", "w") as f:
     f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 os.replace(f"{run}/chat_train.jsonl.tmp", f"{run}/chat_train.jsonl")
 PY
-[ -d "$RUN/chat_torch" ] ||
+BASE=${BASE:-$RUN/chat_torch}
+[ -d "$BASE" ] ||
     ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_train.jsonl" \
         --out "$RUN/chat_torch" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" --steps "${STEPS:-3000}" --batch-size 4 \
         --lr 3e-3 --segment 32 --warmup 20 --max-length 512 --checkpoint-every 25 --seed 0 \
         --device "${DEVICE:-cpu}"
-./dev.sh specstream convert --from "$RUN/chat_torch" --to "$OUT.tmp" --overwrite
+RESULT=$BASE
+if [ "${MIX_STEPS:-300}" != 0 ]; then
+    ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed 0 \
+        --rows "$RUN/mix_train.jsonl" --data-dir "$DATA_DIR"
+    ./dev.sh python - "$RUN" <<'PY'
+import json, os, random, sys
+run = sys.argv[1]
+def usable(path):
+    return [r for r in map(json.loads, open(path)) if not r.get("degenerate")]
+mix, answers = usable(f"{run}/mix_train.jsonl"), usable(f"{run}/chat_train.jsonl")
+rows = mix + random.Random(0).sample(answers, len(mix))
+random.Random(0).shuffle(rows)
+with open(f"{run}/chat_mix_rows.jsonl.tmp", "w") as f:
+    f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+os.replace(f"{run}/chat_mix_rows.jsonl.tmp", f"{run}/chat_mix_rows.jsonl")
+print(f"{len(mix)} mix answers + {len(mix)} instruction answers")
+PY
+    [ -f "$RUN/chat_mix_torch/adapter_config.json" ] ||
+        ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
+            --out "$RUN/chat_mix_torch" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
+            --steps "${MIX_STEPS:-300}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
+            --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" --init "$BASE"
+    RESULT=$RUN/chat_mix_torch
+fi
+./dev.sh specstream convert --from "$RESULT" --to "$OUT.tmp" --overwrite
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 ./dev.sh python - "$OUT.tmp" <<'PY'
 import json, sys
@@ -48,5 +81,5 @@ c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-./dev.sh specstream calibrate --adapter chat --measure-acceptance --data "$DATA_DIR" --limit 12 \
+./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --data "$DATA_DIR" --limit 12 \
     --max-tokens 96

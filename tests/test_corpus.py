@@ -3,6 +3,7 @@
 import gzip
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,8 @@ from specstream_mlx.training.instructions import (
 )
 
 from .conftest import real_data_file
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +209,7 @@ def _distilled_rows(prompts):
 
 def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path):
     from specstream_mlx.training.corpus import pack, read_shards, shards, unpack
+    from specstream_mlx.training.instructions import read_instructions
 
     prompts = [f"Tell me about topic {i}." for i in range(9)]
     instructions = tmp_path / "instructions.jsonl"
@@ -234,19 +238,64 @@ def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path
 
     # a new machine: the shards and the instructions file rebuild every row as distill wrote it
     rebuilt = tmp_path / "new" / "d.jsonl"
-    assert unpack(corpus, instructions, "train", rebuilt) == 9
+    assert unpack(corpus, read_instructions(instructions), "train", rebuilt) == 9
     got = sorted(
         (json.loads(ln) for ln in rebuilt.read_text().splitlines()), key=lambda r: r["prompt"]
     )
     assert got == sorted(rows, key=lambda r: r["prompt"])
-    assert unpack(corpus, instructions, "train", rebuilt) == 0  # already there: nothing twice
+    assert (
+        unpack(corpus, read_instructions(instructions), "train", rebuilt) == 0
+    )  # already there: nothing twice
 
     # rows already distilled stay; a prompt gone from the instructions file is left out
     instructions.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts[1:]))
     partial = tmp_path / "partial.jsonl"
     partial.write_text(json.dumps(rows[2]) + "\n")
-    assert unpack(corpus, instructions, "train", partial) == 7
+    assert unpack(corpus, read_instructions(instructions), "train", partial) == 7
     assert len(partial.read_text().splitlines()) == 8
+
+
+def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(data, tmp_path):
+    """scripts/corpus.py --split mix: the chat mix's answers are packed without their prompts
+    and rebuilt from the data sets by the same N and seed; DialogSum's non-commercial dialogues
+    are neither packed nor unpacked unless --mix-kinds asks, nor rows no mix prompt explains."""
+    import importlib.util
+
+    from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
+    from specstream_mlx.training.corpus import read_shards
+
+    spec = importlib.util.spec_from_file_location("corpus_script", ROOT / "scripts" / "corpus.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    every = chat_mix_items(data, 25, 3, mix_kinds("all"))
+    rows = _distilled_rows([it.prompt for it in every] + ["Not a prompt of the mix."])
+    for row, item in zip(rows, every, strict=False):  # the last row: no item
+        row["source"], row["category"] = item.source, item.category
+    distilled, corpus = tmp_path / "mix.jsonl", tmp_path / "corpus"
+    distilled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ["--split", "mix", "--chat-mix", "25", "--seed", "3", "--corpus", str(corpus)]
+    common += ["--data-dir", str(data)]
+    assert script.main(["pack", "--rows", str(distilled), *common]) == 0
+    shard = corpus / "mix-00001.jsonl.gz"
+    stored = gzip.decompress(shard.read_bytes()).decode()
+    assert not any(it.prompt[:40] in stored for it in every)
+    kept: dict = {}  # the first answer to each prompt
+    for r in rows[: len(every)]:
+        if r["category"] != "dialogue":
+            kept.setdefault(r["prompt"], r)
+    assert len(read_shards(corpus, "mix")) == len(kept) < len(every)
+
+    rebuilt = tmp_path / "new" / "mix.jsonl"
+    assert script.main(["unpack", "--rows", str(rebuilt), *common]) == 0
+    got = {r["prompt"]: r for r in map(json.loads, rebuilt.read_text().splitlines())}
+    assert got == kept
+    other_seed = tmp_path / "other.jsonl"  # other prompts: only the answers they share
+    assert script.main(["unpack", "--rows", str(other_seed), *common[:-2], "--seed", "4",
+                        "--data-dir", str(data)]) == 0  # fmt: skip
+    shared = {it.prompt for it in chat_mix_items(data, 25, 4)} & set(kept)
+    lines = other_seed.read_text().splitlines() if other_seed.exists() else []
+    assert sorted(json.loads(ln)["prompt"] for ln in lines) == sorted(shared)
+    assert len(shared) < len(kept)
 
 
 def test_packing_the_same_rows_gives_the_same_bytes_and_a_damaged_shard_is_one_error(tmp_path):

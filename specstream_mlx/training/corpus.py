@@ -2,11 +2,13 @@
 this CPU grows across sessions and machines instead of living in one machine's runs/ folder.
 
 A shard holds distilled rows (training/distill.py) without their prompts: the prompts stay in
-../shared/data/instructions and are never copied into the repository. Each row carries `key`, a
-hash of its prompt's text; what an answer copies from its prompt (QUOTE or more characters in a
-run) is kept as a reference into the prompt, and the prompt's source and category are not kept
-(the instructions file has them). `unpack` joins the shards with the instructions file to rebuild
-the full rows file that `specstream distill` resumes and `specstream train` reads.
+../shared/data (the instructions file for the train and dev splits, the chat mix's data sets for
+the mix split, training/chat_prompts.py) and are never copied into the repository. Each row
+carries `key`, a hash of its prompt's text; what an answer copies from its prompt (QUOTE or more
+characters in a run) is kept as a reference into the prompt, and the prompt's source and
+category are not kept (the prompt items have them). `unpack` joins the shards with the prompt
+items to rebuild the full rows file that `specstream distill` resumes and `specstream train`
+reads.
 
     corpus/<model>/<split>-00001.jsonl.gz, <split>-00002.jsonl.gz, ...
 
@@ -28,9 +30,10 @@ from pathlib import Path
 
 from ..errors import SpecstreamError
 from ..jsonl import BadRow, read_rows
-from .instructions import read_instructions
+from .instructions import Instruction
 
-SHARD = re.compile(r"^(train|dev)-(\d{5})\.jsonl\.gz$")
+SPLITS = ("train", "dev", "mix")  # the instruction prompts' splits and the chat mix
+SHARD = re.compile(r"^(train|dev|mix)-(\d{5})\.jsonl\.gz$")
 FIELDS = ("tokens", "capped", "loop", "loop_tail", "degenerate")  # kept as they are
 QUOTE = 16  # a run of at least this many characters copied from the prompt is kept as a reference
 
@@ -115,14 +118,17 @@ def _complete_rows(rows_path: Path) -> list[dict]:
         complete.unlink()
 
 
-def pack(rows_path: Path, corpus_dir: Path, split: str) -> Path | None:
+def pack(
+    rows_path: Path, corpus_dir: Path, split: str, prompts: set[str] | None = None
+) -> Path | None:
     """Write the rows of `rows_path` (a `specstream distill` output, which may still be growing)
-    that no shard of `split` holds as the next shard; None when there are none."""
+    that no shard of `split` holds as the next shard; None when there are none. With `prompts`,
+    only rows answering one of them (those `unpack` can rebuild) are kept."""
     have = read_shards(corpus_dir, split)
     new = []
     for row in _complete_rows(rows_path):
         key = prompt_key(row["prompt"])
-        if key not in have:
+        if key not in have and (prompts is None or row["prompt"] in prompts):
             have[key] = row
             text = quote_spans(row["prompt"], row["completion"])
             new.append({"key": key, "completion": text, **{f: row[f] for f in FIELDS}})
@@ -139,13 +145,13 @@ def pack(rows_path: Path, corpus_dir: Path, split: str) -> Path | None:
     return shard
 
 
-def unpack(corpus_dir: Path, instructions: Path, split: str, out_path: Path) -> int:
-    """Append to `out_path` the shard rows of `split` it lacks, each with its prompt from the
-    instructions file; returns how many. Shard rows whose prompt the file no longer holds are
-    left out (the file changed); rows already in `out_path` are kept as they are."""
+def unpack(corpus_dir: Path, items: list[Instruction], split: str, out_path: Path) -> int:
+    """Append to `out_path` the shard rows of `split` it lacks, each with its prompt, source and
+    category from `items`; returns how many. Shard rows whose prompt `items` lack are left out
+    (the prompts changed); rows already in `out_path` are kept as they are."""
     from .distill import read_done
 
-    by_key = {prompt_key(i.prompt): i for i in read_instructions(instructions)}
+    by_key = {prompt_key(i.prompt): i for i in items}
     done = read_done(out_path)
     added = []
     for key, row in read_shards(corpus_dir, split).items():
