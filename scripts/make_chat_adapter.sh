@@ -81,5 +81,5 @@ c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --data "$DATA_DIR" --limit 12 \
-    --max-tokens 96
+./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --suite chat --data "$DATA_DIR" \
+    --limit 12 --max-tokens 96
