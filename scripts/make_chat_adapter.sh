@@ -17,9 +17,10 @@
 # 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
 #    the data sets' train splits, kept in corpus/ (shard mix-00001: `python -m
 #    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
-#    E2E meaning representations, WikiSQL questions and 30 written instructions; no DialogSum),
+#    E2E meaning representations, SQL questions and 30 written instructions; no DialogSum),
 #    unpacked; its usable answers plus as many usable instruction answers drawn at random
-#    (seed 0), MIX_STEPS (300) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter;
+#    (seed 0), MIX_STEPS (300) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter
+#    (the shipped `chat` since 2026-11-29: BASE=msa16, 994 s on the 2-core dev CPU);
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-51 (OUT=FOLDER writes

@@ -128,7 +128,7 @@ MIX_SOURCES = {
     "passage": "shared/data wikitext2/train.txt (WikiText-2, CC BY-SA 3.0)",
     "dialogue": "shared/data dialogsum/train.jsonl (DialogSum, CC BY-NC-SA 4.0)",
     "data2text": "shared/data e2e/train.csv (E2E NLG, CC BY-SA 4.0)",
-    "sql": "shared/data sql/train.jsonl (WikiSQL subset, BSD-3)",
+    "sql": "shared/data sql/train.jsonl (WikiSQL subset, BSD-3; Spider, CC BY-SA 4.0)",
 }
 
 # the kinds distilled by default: those whose licence allows commercial use (an adapter
