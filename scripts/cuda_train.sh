@@ -61,7 +61,12 @@
 # training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`; run the
 # distill and the rows in one call: a machine handed back between calls loses the mix file, and
 # a missing CHAT_EXTRA stops the row). `import FOLDER` unpacks a returned mix_train_gpu.jsonl.gz
-# to $GPU_DIR/mix_train.jsonl.
+# to $GPU_DIR/mix_train.jsonl. The 1,230 mix answers already distilled (corpus shard mix-00001,
+# `--chat-mix 2000 --seed 0`) travel in runs/cudadata: `rows chat
+# mix:CHAT_EXTRA=runs/cudadata/instructions/mix_train.jsonl.gz` needs no distill call (a
+# CHAT_EXTRA may be gzipped; CHAT_EXTRA_REPEAT=N repeats its rows N times: the 1,020 usable mix
+# answers are 8% of the 12,500 rows once, 47% ten times; the shipped chat's continuation
+# trained on half mix, half instruction answers).
 # runs/cudadata is ~12 MB with WikiText's train split: carry it in a call of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,7 +109,10 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
         # row would train on the base data alone while reporting success
         [ -f "$CHAT_EXTRA" ] || { echo "CHAT_EXTRA=$CHAT_EXTRA: no such file" >&2; exit 2; }
         mkdir -p "$out"
-        cat "$data" "$CHAT_EXTRA" > "$out/chat_train.jsonl"
+        {  # either may be gzipped; CHAT_EXTRA_REPEAT=N: its rows N times (oversampled)
+            zcat -f "$data"
+            for _ in $(seq "${CHAT_EXTRA_REPEAT:-1}"); do zcat -f "$CHAT_EXTRA"; done
+        } > "$out/chat_train.jsonl"
         data=$out/chat_train.jsonl
     fi
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
@@ -142,6 +150,11 @@ prepare)
         --rows runs/cuda/instructions_train.jsonl
     gzip -c runs/cuda/instructions_train.jsonl > runs/cudadata/instructions/train.jsonl.gz
     gzip -c "$data/instructions/instructions.jsonl" > runs/cudadata/instructions/prompts.jsonl.gz
+    # the chat mix's answers kept in corpus/ (shard mix-00001): CHAT_EXTRA without a distill call
+    rm -f runs/cuda/mix_train.jsonl
+    ./dev.sh python scripts/corpus.py unpack --split mix --data-dir "$data" \
+        --rows runs/cuda/mix_train.jsonl
+    gzip -c runs/cuda/mix_train.jsonl > runs/cudadata/instructions/mix_train.jsonl.gz
     du -sh runs/cudadata
     ;;
 distill)  # the rest of the instruction prompts' answers, on the GPU (convert/torch_distill.py)
