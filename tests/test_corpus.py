@@ -238,14 +238,13 @@ def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path
 
     # a new machine: the shards and the instructions file rebuild every row as distill wrote it
     rebuilt = tmp_path / "new" / "d.jsonl"
-    assert unpack(corpus, read_instructions(instructions), "train", rebuilt) == 9
+    items = read_instructions(instructions)
+    assert unpack(corpus, items, "train", rebuilt) == 9
     got = sorted(
         (json.loads(ln) for ln in rebuilt.read_text().splitlines()), key=lambda r: r["prompt"]
     )
     assert got == sorted(rows, key=lambda r: r["prompt"])
-    assert (
-        unpack(corpus, read_instructions(instructions), "train", rebuilt) == 0
-    )  # already there: nothing twice
+    assert unpack(corpus, items, "train", rebuilt) == 0  # already there: nothing twice
 
     # rows already distilled stay; a prompt gone from the instructions file is left out
     instructions.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts[1:]))
@@ -295,6 +294,16 @@ def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(d
     shared = {it.prompt for it in chat_mix_items(data, 25, 4)} & set(kept)
     lines = other_seed.read_text().splitlines() if other_seed.exists() else []
     assert sorted(json.loads(ln)["prompt"] for ln in lines) == sorted(shared)
+
+    # --mix-kinds all: the dialogues' answers are packed and unpacked too
+    everything = [*common[:-4], "--corpus", str(tmp_path / "all"), "--data-dir", str(data)]
+    everything += ["--mix-kinds", "all"]
+    assert script.main(["pack", "--rows", str(distilled), *everything]) == 0
+    assert len(read_shards(tmp_path / "all", "mix")) == len({it.prompt for it in every})
+    with_dialogues = tmp_path / "all.jsonl"
+    assert script.main(["unpack", "--rows", str(with_dialogues), *everything]) == 0
+    categories = {json.loads(ln)["category"] for ln in with_dialogues.read_text().splitlines()}
+    assert "dialogue" in categories
     assert len(shared) < len(kept)
 
 
