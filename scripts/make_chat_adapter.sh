@@ -19,8 +19,9 @@
 #    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
 #    E2E meaning representations, SQL questions and 30 written instructions; no DialogSum),
 #    unpacked; its usable answers plus as many usable instruction answers drawn at random
-#    (seed 0), MIX_STEPS (300) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter
-#    (the shipped `chat` since 2026-11-29: BASE=msa16, 994 s on the 2-core dev CPU);
+#    (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter
+#    (the shipped `chat` since 2026-11-29: BASE=msa16, 3,704 s on the 2-core dev CPU;
+#    MIX_STEPS=300 gives the one shipped earlier that day);
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-51 (OUT=FOLDER writes
@@ -49,7 +50,7 @@ BASE=${BASE:-$RUN/chat_torch}
         --lr 3e-3 --segment 32 --warmup 20 --max-length 512 --checkpoint-every 25 --seed 0 \
         --device "${DEVICE:-cpu}"
 RESULT=$BASE
-if [ "${MIX_STEPS:-300}" != 0 ]; then
+if [ "${MIX_STEPS:-900}" != 0 ]; then
     ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed 0 \
         --rows "$RUN/mix_train.jsonl" --data-dir "$DATA_DIR"
     ./dev.sh python - "$RUN" <<'PY'
@@ -68,7 +69,7 @@ PY
     [ -f "$RUN/chat_mix_torch/adapter_config.json" ] ||
         ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
             --out "$RUN/chat_mix_torch" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
-            --steps "${MIX_STEPS:-300}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
+            --steps "${MIX_STEPS:-900}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
             --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" --init "$BASE"
     RESULT=$RUN/chat_mix_torch
 fi
