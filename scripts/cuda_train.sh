@@ -32,7 +32,7 @@
 # MAX_LENGTH), or for chat the shipped chat's lossless recipe, MSA_LAYERS=16 on the distilled
 # instruction answers of corpus/ (lr 3e-3, segment 32, warmup 20, stream rank RANK=8,
 # CHAT_STEPS=3000 x 4); for Qwen (sql, chat) the recipe of its shipped adapters
-# (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, 8 MSA layers, lr 1e-3, segment
+# (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, MSA_LAYERS=8 MSA layers, lr 1e-3, segment
 # 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
 # $OUT/TASK_torch.tar (a call returns at most 8 files), its log to $OUT/TASK_train.log; a task
 # whose adapter is already on the machine is not trained again. The data files are the
@@ -116,7 +116,8 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
         data=$out/chat_train.jsonl
     fi
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
-        recipe=(--mode lossless --targets self --n-msa-layers 8 --lr 1e-3 --segment 64 --warmup 10)
+        recipe=(--mode lossless --targets self --n-msa-layers "${MSA_LAYERS:-8}" --lr 1e-3 --segment 64
+            --warmup 10)
         [ "$task" = chat ] || recipe=(--task "$task" "${recipe[@]}")
         length=${MAX_LENGTH:-320}
     fi
