@@ -19,9 +19,11 @@
 #    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
 #    E2E meaning representations, SQL questions and 30 written instructions; no DialogSum),
 #    unpacked; its usable answers plus as many usable instruction answers drawn at random
-#    (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter
-#    (the shipped `chat` since 2026-11-29: BASE=msa16, 3,704 s on the 2-core dev CPU;
-#    MIX_STEPS=300 gives the one shipped earlier that day);
+#    (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter,
+#    then MIX_ROUNDS (2) - 1 more such runs, each from the last (the shipped `chat` since
+#    2026-11-29: BASE=msa16, two rounds of 3,704 and 3,762 s on the 2-core dev CPU;
+#    MIX_ROUNDS=1 gives the one shipped before it that day, MIX_ROUNDS=1 MIX_STEPS=300 the one
+#    before that);
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-51 (OUT=FOLDER writes
@@ -66,12 +68,16 @@ with open(f"{run}/chat_mix_rows.jsonl.tmp", "w") as f:
 os.replace(f"{run}/chat_mix_rows.jsonl.tmp", f"{run}/chat_mix_rows.jsonl")
 print(f"{len(mix)} mix answers + {len(mix)} instruction answers")
 PY
-    [ -f "$RUN/chat_mix_torch/adapter_config.json" ] ||
-        ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
-            --out "$RUN/chat_mix_torch" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
-            --steps "${MIX_STEPS:-900}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
-            --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" --init "$BASE"
-    RESULT=$RUN/chat_mix_torch
+    for round in $(seq "${MIX_ROUNDS:-2}"); do  # each round continues the last, lr schedule anew
+        done_dir=$RUN/chat_mix_torch$([ "$round" = 1 ] || echo "_$round")
+        [ -f "$done_dir/adapter_config.json" ] ||
+            ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
+                --out "$done_dir" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
+                --steps "${MIX_STEPS:-900}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
+                --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" \
+                --init "$RESULT"
+        RESULT=$done_dir
+    done
 fi
 ./dev.sh specstream convert --from "$RESULT" --to "$OUT.tmp" --overwrite
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
