@@ -12,7 +12,8 @@ corpus/smollm2-135m-instruct/ (commit it). unpack: the shards' rows that FILE la
 to it, prompts joined from ../shared/data, so that distillation resumes after them
 (scripts/distill_instructions.sh unpacks first by itself). Splits train and dev answer the
 instruction prompts; mix answers the chat suite's mix (`python -m convert.torch_distill
---chat-mix N --seed S`), whose prompts are rebuilt from the same N and S. Only the mix's
+--chat-mix N --seed S`), whose prompts are rebuilt from the same N and S (`--seed 0,1`: the
+mixes of both seeds, e.g. to unpack a shard distilled with seed 1 beside seed 0's). Only the mix's
 permissive kinds are packed and unpacked unless --mix-kinds says otherwise (DialogSum's
 dialogues are CC BY-NC-SA: training/chat_prompts.py).
 """
@@ -34,9 +35,21 @@ CORPUS = ROOT / "corpus" / "smollm2-135m-instruct"
 
 def prompt_items(args) -> list:
     """The prompts the split's rows answer, with their sources and categories."""
-    if args.split == "mix":
-        return chat_mix_items(args.data_dir, args.chat_mix, args.seed, mix_kinds(args.mix_kinds))
+    if args.split == "mix":  # one mix per seed (a shard each), their union
+        kinds, items = mix_kinds(args.mix_kinds), {}
+        for seed in args.seed:
+            for item in chat_mix_items(args.data_dir, args.chat_mix, seed, kinds):
+                items.setdefault(item.prompt, item)
+        return list(items.values())
     return instructions_split(args.data_dir / FILE, args.split)
+
+
+def seeds(text: str) -> list[int]:
+    """--seed: one seed, or a comma list (0,1) for the union of several mixes."""
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a seed or a comma list of seeds: {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--chat-mix", type=int, default=2000, help="mix: its N prompts")
-    parser.add_argument("--seed", type=int, default=0, help="mix: its shuffle")
+    parser.add_argument("--seed", type=seeds, default=[0], help="mix: its shuffle (or S,S,...)")
     parser.add_argument("--mix-kinds", default=None, help="mix: all, or a comma list of kinds")
     args = parser.parse_args(argv)
     name = "mix_train" if args.split == "mix" else f"instructions_{args.split}"

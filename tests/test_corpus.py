@@ -307,6 +307,49 @@ def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(d
     assert len(shared) < len(kept)
 
 
+def test_a_second_mix_seed_packs_its_own_shard_and_unpacks_beside_the_first(data, tmp_path):
+    """--seed 3 then --seed 4 pack one shard each (prompts both mixes hold only once), and
+    --seed 3,4 unpacks the union; a seed that is not a number is one clear error."""
+    import importlib.util
+
+    from specstream_mlx.training.chat_prompts import chat_mix_items
+
+    spec = importlib.util.spec_from_file_location("corpus_script", ROOT / "scripts" / "corpus.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    corpus = tmp_path / "corpus"
+    common = [
+        "--split",
+        "mix",
+        "--chat-mix",
+        "25",
+        "--corpus",
+        str(corpus),
+        "--data-dir",
+        str(data),
+    ]
+    prompts = {}
+    for seed in (3, 4):
+        items = chat_mix_items(data, 25, seed)
+        distilled = tmp_path / f"mix{seed}.jsonl"
+        rows = _distilled_rows([it.prompt for it in items])
+        distilled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        assert script.main(["pack", "--rows", str(distilled), "--seed", str(seed), *common]) == 0
+        for it in items:
+            prompts.setdefault(it.prompt, it)
+    assert [p.name for p in sorted(corpus.iterdir())] == [
+        "mix-00001.jsonl.gz",
+        "mix-00002.jsonl.gz",
+    ]
+    both = tmp_path / "both.jsonl"
+    assert script.main(["unpack", "--rows", str(both), "--seed", "3,4", *common]) == 0
+    got = [json.loads(ln) for ln in both.read_text().splitlines()]
+    assert sorted(r["prompt"] for r in got) == sorted(prompts)
+    assert all(r["category"] == prompts[r["prompt"]].category for r in got)
+    with pytest.raises(SystemExit):
+        script.main(["unpack", "--rows", str(both), "--seed", "three", *common])
+
+
 def test_packing_the_same_rows_gives_the_same_bytes_and_a_damaged_shard_is_one_error(tmp_path):
     from specstream_mlx.training.corpus import pack, read_shards
 
