@@ -32,8 +32,8 @@
 # MAX_LENGTH), or for chat the shipped chat's lossless recipe, MSA_LAYERS=16 on the distilled
 # instruction answers of corpus/ (lr 3e-3, segment 32, warmup 20, stream rank RANK=8,
 # CHAT_STEPS=3000 x 4); for Qwen (sql, chat) the recipe of its shipped adapters
-# (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, MSA_LAYERS=8 MSA layers, lr 1e-3, segment
-# 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
+# (scripts/make_qwen_sql_adapter.sh: lossless, --targets self, MSA_LAYERS (8) MSA layers, lr 1e-3,
+# segment 64, max length 320) for STEPS / CHAT_STEPS. It writes each PyTorch adapter folder, tarred, to
 # $OUT/TASK_torch.tar (a call returns at most 8 files), its log to $OUT/TASK_train.log; a task
 # whose adapter is already on the machine is not trained again. The data files are the
 # project's ../shared/data, carried for the run only (never committed). `rehearse TASK` runs

@@ -254,18 +254,24 @@ def test_the_corpus_keeps_answers_without_prompts_and_rebuilds_the_rows(tmp_path
     assert len(partial.read_text().splitlines()) == 8
 
 
-def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(data, tmp_path):
-    """scripts/corpus.py --split mix: the chat mix's answers are packed without their prompts
-    and rebuilt from the data sets by the same N and seed; DialogSum's non-commercial dialogues
-    are neither packed nor unpacked unless --mix-kinds asks, nor rows no mix prompt explains."""
+def _corpus_script():
+    """scripts/corpus.py as a module (it is a script, not part of the package)."""
     import importlib.util
-
-    from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
-    from specstream_mlx.training.corpus import read_shards
 
     spec = importlib.util.spec_from_file_location("corpus_script", ROOT / "scripts" / "corpus.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(data, tmp_path):
+    """scripts/corpus.py --split mix: the chat mix's answers are packed without their prompts
+    and rebuilt from the data sets by the same N and seed; DialogSum's non-commercial dialogues
+    are neither packed nor unpacked unless --mix-kinds asks, nor rows no mix prompt explains."""
+    from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
+    from specstream_mlx.training.corpus import read_shards
+
+    script = _corpus_script()
     every = chat_mix_items(data, 25, 3, mix_kinds("all"))
     rows = _distilled_rows([it.prompt for it in every] + ["Not a prompt of the mix."])
     for row, item in zip(rows, every, strict=False):  # the last row: no item
@@ -310,24 +316,12 @@ def test_the_corpus_keeps_the_chat_mix_answers_and_rebuilds_them_from_the_data(d
 def test_a_second_mix_seed_packs_its_own_shard_and_unpacks_beside_the_first(data, tmp_path):
     """--seed 3 then --seed 4 pack one shard each (prompts both mixes hold only once), and
     --seed 3,4 unpacks the union; a seed that is not a number is one clear error."""
-    import importlib.util
-
     from specstream_mlx.training.chat_prompts import chat_mix_items
+    from specstream_mlx.training.corpus import read_shards
 
-    spec = importlib.util.spec_from_file_location("corpus_script", ROOT / "scripts" / "corpus.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    corpus = tmp_path / "corpus"
-    common = [
-        "--split",
-        "mix",
-        "--chat-mix",
-        "25",
-        "--corpus",
-        str(corpus),
-        "--data-dir",
-        str(data),
-    ]
+    script, corpus = _corpus_script(), tmp_path / "corpus"
+    common = ["--split", "mix", "--chat-mix", "25", "--corpus", str(corpus)]
+    common += ["--data-dir", str(data)]
     prompts = {}
     for seed in (3, 4):
         items = chat_mix_items(data, 25, seed)
@@ -337,10 +331,9 @@ def test_a_second_mix_seed_packs_its_own_shard_and_unpacks_beside_the_first(data
         assert script.main(["pack", "--rows", str(distilled), "--seed", str(seed), *common]) == 0
         for it in items:
             prompts.setdefault(it.prompt, it)
-    assert [p.name for p in sorted(corpus.iterdir())] == [
-        "mix-00001.jsonl.gz",
-        "mix-00002.jsonl.gz",
-    ]
+    names = [p.name for p in sorted(corpus.iterdir())]
+    assert names == ["mix-00001.jsonl.gz", "mix-00002.jsonl.gz"]
+    assert len(read_shards(corpus, "mix")) == len(prompts)  # a shared prompt is in one shard
     both = tmp_path / "both.jsonl"
     assert script.main(["unpack", "--rows", str(both), "--seed", "3,4", *common]) == 0
     got = [json.loads(ln) for ln in both.read_text().splitlines()]
