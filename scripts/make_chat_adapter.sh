@@ -18,8 +18,8 @@
 #    the data sets' train splits, kept in corpus/ (shard mix-00001: `python -m
 #    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
 #    E2E meaning representations, SQL questions and 30 written instructions; no DialogSum),
-#    unpacked; its usable answers plus as many usable instruction answers drawn at random
-#    (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter,
+#    unpacked (MIX_SEEDS, default 0: "0,1" adds shard mix-00002, the seed-1 mix's new answers);
+#    its usable answers plus as many usable instruction answers drawn at random (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter,
 #    then MIX_ROUNDS (2) - 1 more such runs, each from the last (the shipped `chat` since
 #    2026-11-29: BASE=msa16, two rounds of 3,704 and 3,762 s on the 2-core dev CPU;
 #    MIX_ROUNDS=1 gives the one shipped before it that day, MIX_ROUNDS=1 MIX_STEPS=300 the one
@@ -53,7 +53,7 @@ BASE=${BASE:-$RUN/chat_torch}
         --device "${DEVICE:-cpu}"
 RESULT=$BASE
 if [ "${MIX_STEPS:-900}" != 0 ]; then
-    ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed 0 \
+    ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed "${MIX_SEEDS:-0}" \
         --rows "$RUN/mix_train.jsonl" --data-dir "$DATA_DIR"
     ./dev.sh python - "$RUN" <<'PY'
 import json, os, random, sys
@@ -70,12 +70,15 @@ print(f"{len(mix)} mix answers + {len(mix)} instruction answers")
 PY
     for round in $(seq "${MIX_ROUNDS:-2}"); do  # each round continues the last, lr schedule anew
         done_dir=$RUN/chat_mix_torch$([ "$round" = 1 ] || echo "_$round")
-        [ -f "$done_dir/adapter_config.json" ] ||
+        if [ -f "$done_dir/adapter_config.json" ]; then
+            echo "round $round: reusing $done_dir (trained before; delete it to train again)"
+        else
             ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
                 --out "$done_dir" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
                 --steps "${MIX_STEPS:-900}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
                 --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" \
                 --init "$RESULT"
+        fi
         RESULT=$done_dir
     done
 fi

@@ -32,7 +32,7 @@ from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
 from .host import Drafter, Drafting, DraftOverride, Grafter, HostRun, drive
 from .kv import compact
-from .passes import Passes, StepShape, compilable, confidence, top_k_ids
+from .passes import Kept, Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
 from .tree import Tree
@@ -108,6 +108,7 @@ class State:
     offset: mx.array | None = None
     bound: int = 0
     level: mx.array | None = None  # gated trees: the bin of stream 1's confidence at the root
+    kept: Kept | None = None  # the last pass's accepted rows, not yet in the caches' buffers
 
 
 def decode(

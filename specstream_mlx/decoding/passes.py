@@ -12,6 +12,13 @@ capacity (grown in steps of 256 rows).
 (argmax comparisons along the tree), the cache compaction to the accepted path and the next
 draft (the accepted node's stream top-k), with the offset as an array. Nothing is read back, so
 the decoding loop builds the next pass before this one finishes (decoding.loop).
+
+Compaction is deferred by one pass: a pass returns its buffers as written (every tree node's
+row) and, apart, the accepted path's rows; the next pass writes those at the old offset before
+its own rows. Moving them in the pass that attended to the buffer would write to a buffer the
+same graph reads, so MLX would copy every layer's whole buffer (1-2 ms a pass for SmolLM2 at
+256-512 rows on the dev CPU); written first thing in the next pass, every write updates its
+buffer in place (benchmarks/loop_overhead.py).
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ MAX_TRACES = 48  # traces kept per Passes, least recently used dropped
 
 class _BufferCache:
     """A layer's KV buffer inside a pass: rows written at `offset`, the whole buffer read (the
-    mask hides what is past this pass's rows)."""
+    mask hides what is past this pass's rows); `rows` keeps this pass's own (keys, values)."""
 
     def __init__(self, keys: mx.array, values: mx.array, offset: mx.array):
         self.keys, self.values, self._offset = keys, values, offset
+        self.rows: tuple[mx.array, mx.array] | None = None
 
     @property
     def offset(self) -> mx.array:
@@ -44,7 +52,31 @@ class _BufferCache:
         start = self._offset[None]
         self.keys = mx.slice_update(self.keys, keys, start, axes=(2,))
         self.values = mx.slice_update(self.values, values, start, axes=(2,))
+        self.rows = (keys, values)
         return self.keys, self.values
+
+
+@dataclass
+class Kept:
+    """The last pass's accepted rows, every layer's keys then values (1, H, D + 1, hd) with the
+    first `count` valid, not yet in the buffers: the next pass writes them at `at`, its own
+    offset minus `count`, before its own rows."""
+
+    rows: list[mx.array]
+    at: mx.array
+
+    @classmethod
+    def nothing(cls, caches: list, offset: mx.array) -> Kept:
+        """Before the first pass: one row of zeros per buffer at the offset, where the first
+        pass writes its root."""
+        rows = [mx.zeros((*x.shape[:2], 1, x.shape[3]), x.dtype) for x in _states(caches)]
+        return cls(rows, offset)
+
+    def write(self, states: list) -> list:
+        """`states` with these rows written in (in place: nothing else reads the old buffers)."""
+        start = self.at[None]
+        pairs = zip(states, self.rows, strict=True)
+        return [mx.slice_update(x, r, start, axes=(2,)) for x, r in pairs]
 
 
 def reserve(caches: list, end: int) -> int:
@@ -160,18 +192,22 @@ class Passes:
         confidence at the accepted node, which picks the next pass's tree."""
         cap = reserve(state.caches, state.bound + len(shape.tree))
         gated = gates is not None
-        key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, cap)
+        kept = state.kept or Kept.nothing(state.caches, state.offset)
+        held = kept.rows[0].shape[2]
+        key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, held, cap)
         fn = self._fn(
             key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft, gated)
         )
         inputs = [state.root, state.drafts, state.offset, shape.arrays, shape.static]
         inputs += [gates] if gated else []
-        tokens, count, state.root, state.drafts, state.offset, *rest = fn(
-            *inputs, *_states(state.caches)
-        )
+        inputs += [kept.at, kept.rows]
+        tokens, count, state.root, state.drafts, at, *rest = fn(*inputs, *_states(state.caches))
         if gated:
             state.level, *rest = rest
-        _put(state.caches, rest)
+        n = 2 * len(state.caches)
+        _put(state.caches, rest[:n])
+        state.kept = Kept(rest[n:], state.offset)
+        state.offset = at
         state.bound += shape.depth + 1
         return tokens, count
 
@@ -186,7 +222,7 @@ class Passes:
 
     def _forward(self, tokens, offset, shape: list, states: list, n_streams: int):
         """Every layer over the N tokens: (main rows' normed hidden (N, d), stream rows' hidden
-        (N, g, d) or None, the new KV buffers)."""
+        (N, g, d) or None, each layer's _BufferCache holding its new buffers and rows)."""
         arch, params = self.arch, self.params
         n_layers, n = len(arch.layers), tokens.shape[0]
         n_low = n_layers if params is None else n_layers - params.config.n_msa_layers
@@ -205,8 +241,7 @@ class Passes:
             x = msa_layers(arch, params, h, MsaRows(depths, offset, mask), caches, n_streams)
             h = x[:, :n]
             streams = x[0, n:].reshape(n, n_streams, -1) if n_streams else None
-        new_states = [c.keys for c in caches] + [c.values for c in caches]
-        return arch.norm(h[0]), streams, new_states
+        return arch.norm(h[0]), streams, caches
 
     def _heads(self, main, streams, drafted: int):
         """Main logits (N, V) and, with `drafted` > 0, the first `drafted` streams' logits
@@ -222,7 +257,8 @@ class Passes:
 
     def _logits_fn(self, n_streams: int, heads: str, drafted: int):
         def run(tokens, offset, shape, *states):
-            main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
+            main, streams, caches = self._forward(tokens, offset, shape, states, n_streams)
+            new_states = [c.keys for c in caches] + [c.values for c in caches]
             drafted_here = drafted if heads == "one" else 0
             main_logits, stream_logits = self._heads(main, streams, drafted_here)
             extra = stream_logits if heads == "one" else streams if heads == "split" else None
@@ -234,11 +270,13 @@ class Passes:
         arch = self.arch
         draft_depth, k = draft
 
-        def run(root, drafts, offset, shape, static, *states):
-            gates, states = (states[0], states[1:]) if gated else (None, states)
+        def run(root, drafts, offset, shape, static, *rest):
+            gates, rest = (rest[0], rest[1:]) if gated else (None, rest)
+            kept_at, kept_rows, *states = rest
             gather, parents, paths = static
             tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
-            main, streams, new_states = self._forward(tokens, offset, shape, states, n_streams)
+            states = Kept(kept_rows, kept_at).write(states)
+            main, streams, caches = self._forward(tokens, offset, shape, states, n_streams)
             one_pass = draft_depth > 0 and n * (1 + draft_depth) <= ONE_HEAD_PASS_ROWS
             main_logits, stream_logits = self._heads(main, streams, draft_depth if one_pass else 0)
             greedy = mx.argmax(main_logits, axis=-1)  # (N,)
@@ -246,7 +284,9 @@ class Passes:
             path = paths[best]  # (D + 1,) root first, padded with `best`
             ahead = mx.concatenate([path[1:], path[-1:]])
             out = mx.where(mx.arange(depth + 1) == count - 1, greedy[best], tokens[ahead])
-            new_states = [_compact(x, offset, path) for x in new_states]
+            buffers = [c.keys for c in caches] + [c.values for c in caches]
+            rows = [c.rows[0] for c in caches] + [c.rows[1] for c in caches]
+            kept_rows = [mx.take(r, path, axis=2) for r in rows]  # (1, H, D + 1, hd)
             if draft_depth > 0:
                 if one_pass:
                     at_best = stream_logits[best]  # (depth, V)
@@ -256,7 +296,7 @@ class Passes:
             moved = [out, count, greedy[best], drafts, offset + count]
             if gated:
                 moved.append(confidence_level(at_best[0], gates))
-            return *moved, *new_states
+            return *moved, *buffers, *kept_rows
 
         return run
 
@@ -269,12 +309,6 @@ def _accept(tokens, greedy, anc, depths, parents):
     accepted = mx.all(match[None, :] | ~anc, axis=1)  # (N,)
     best = mx.argmax(mx.where(accepted, depths, -1))
     return best, depths[best] + 1
-
-
-def _compact(buffer: mx.array, offset: mx.array, path: mx.array) -> mx.array:
-    """Rows offset + path moved to offset, offset + 1, ... (the accepted path kept in place)."""
-    rows = mx.take(buffer, offset + path, axis=2)
-    return mx.slice_update(buffer, rows, offset[None], axes=(2,))
 
 
 def confidence(logits: mx.array) -> mx.array:
