@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx.utils import tree_map
 
 
 def _concat(stored, new):
@@ -37,17 +36,53 @@ class MainOnlyCache:
         return _concat(k, k_new), _concat(v, v_new)
 
 
-def compact(cache, start: int, keep: list[int]) -> None:
-    """Keep rows start + keep[i] at start + i and drop the rest of this step's rows."""
-    n = len(keep)
-    if keep == list(range(n)):  # already in place (a chain's accepted prefix): nothing to move
-        cache.offset = start + n
-        return
-    idx = mx.array(keep) + start
+def compact(caches: list, start: int, keeps: list[list[int]]) -> None:
+    """Keep rows start + keep[i] at start + i of each cache (`keeps`: one list per cache) and
+    drop the rest of this step's rows. The rows to move are read (evaluated) before they are
+    written back, each half one compiled graph: moving them in one graph, which reads and writes
+    the same buffer, makes MLX copy every buffer whole (8-17 ms a pass for SmolLM2's 60 buffers
+    of 256-1024 rows on the dev CPU, against about 3: docs/BENCHMARKS.md, "Compaction deferred
+    by a pass")."""
+    groups: dict[tuple[int, ...], list] = {}
+    for cache, keep in zip(caches, keeps, strict=True):
+        cache.offset = start + len(keep)
+        if keep != list(range(len(keep))):  # a chain's accepted prefix is already in place
+            groups.setdefault(tuple(keep), []).append(cache)
+    moved = []
+    for keep, group in groups.items():
+        buffers = [x for cache in group for x in _arrays(cache)]
+        moved.append((group, buffers, _gather(mx.array(keep) + start, *buffers)))
+    mx.eval([rows for _, _, rows in moved])
+    for group, buffers, rows in moved:
+        out = _write(mx.array(start), rows, *buffers)
+        del buffers[:]  # the old buffers unreferenced: written in place
+        for cache in group:
+            out = _put(cache, out)
 
-    def move(x):
-        x[..., start : start + n, :] = x[..., idx, :]
-        return x
 
-    cache.keys, cache.values = tree_map(move, (cache.keys, cache.values))
-    cache.offset = start + n
+def _arrays(cache) -> list[mx.array]:
+    """A cache's keys then values, each an array or a quantized tuple, flattened."""
+    return [x for kv in (cache.keys, cache.values) for x in (kv if isinstance(kv, tuple) else [kv])]
+
+
+def _put(cache, arrays: list[mx.array]) -> list[mx.array]:
+    """Set the cache's keys and values from the front of `arrays`; returns the rest."""
+    n = len(cache.keys) if isinstance(cache.keys, tuple) else 1
+    keys, values, rest = arrays[:n], arrays[n : 2 * n], arrays[2 * n :]
+    if isinstance(cache.keys, tuple):
+        cache.keys, cache.values = tuple(keys), tuple(values)
+    else:
+        cache.keys, cache.values = keys[0], values[0]
+    return rest
+
+
+@mx.compile
+def _gather(idx: mx.array, *buffers: mx.array) -> list[mx.array]:
+    return [mx.take(x, idx, axis=2) for x in buffers]
+
+
+@mx.compile
+def _write(start: mx.array, rows: list[mx.array], *buffers: mx.array) -> list[mx.array]:
+    return [
+        mx.slice_update(x, r, start[None], axes=(2,)) for x, r in zip(buffers, rows, strict=True)
+    ]

@@ -323,5 +323,4 @@ class MlxVerified:
 def compact_layers(caches, n_low: int, offset: int, nodes: list[int], path: list[int]) -> None:
     """Keep the accepted path in every layer: below the pruning point the caches hold every tree
     node (index = node), above it only the survivors (index = survivor position)."""
-    for i, cache in enumerate(caches):
-        compact(cache, offset, nodes if i < n_low else path)
+    compact(caches, offset, [nodes if i < n_low else path for i in range(len(caches))])
