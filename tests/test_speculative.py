@@ -158,6 +158,46 @@ def test_compacted_cache_equals_plain_cache_and_streams_store_nothing(tiny_model
         assert mx.abs(ours.values[..., :n, :] - ref.values[..., :n, :]).max().item() <= 1e-4
 
 
+def test_compaction_moves_kept_rows_in_plain_and_quantized_caches():
+    """decoding.kv.compact: rows start + keep[i] land at start + i in every array of a plain
+    cache and of quantized ones (their parts a tuple, or the list mlx-lm gives a filled cache);
+    a keep that is already a prefix moves nothing; offsets follow the keeps."""
+    from mlx_lm.models.cache import KVCache
+
+    from specstream_mlx.decoding.kv import compact
+
+    def filled(seed):
+        cache = KVCache()
+        keys, values = (
+            mx.random.normal((1, 2, 10, 32), key=mx.random.key(seed + i)) for i in (0, 1)
+        )
+        cache.update_and_fetch(keys, values)
+        return cache
+
+    listed = filled(1).to_quantized(group_size=32, bits=8)
+    as_tuple = filled(2).to_quantized(group_size=32, bits=8)
+    as_tuple.keys, as_tuple.values = tuple(as_tuple.keys), tuple(as_tuple.values)
+    caches = [filled(0), listed, as_tuple, filled(3)]
+    keeps = [[0, 2, 5], [0, 2, 5], [1, 3], [0, 1]]
+
+    def parts(cache):
+        return [
+            x
+            for kv in (cache.keys, cache.values)
+            for x in (kv if isinstance(kv, (tuple, list)) else [kv])
+        ]
+
+    before = [[np.array(x) for x in parts(c)] for c in caches]
+    kinds = [type(c.keys) for c in caches]
+    compact(caches, 4, keeps)
+    for cache, keep, old, kind in zip(caches, keeps, before, kinds, strict=True):
+        assert cache.offset == 4 + len(keep) and type(cache.keys) is kind
+        for now, was in zip(parts(cache), old, strict=True):
+            want = was.copy()
+            want[..., 4 : 4 + len(keep), :] = was[..., [4 + k for k in keep], :]
+            assert np.array_equal(np.array(now), want)
+
+
 def test_oracle_draft_reaches_gamma_plus_one(tiny_models):
     loaded = tiny_models["qwen3"]
     gamma = 4

@@ -61,19 +61,24 @@ def compact(caches: list, start: int, keeps: list[list[int]]) -> None:
 
 
 def _arrays(cache) -> list[mx.array]:
-    """A cache's keys then values, each an array or a quantized tuple, flattened."""
-    return [x for kv in (cache.keys, cache.values) for x in (kv if isinstance(kv, tuple) else [kv])]
+    """A cache's keys then values, each an array or quantized (a tuple or list), flattened."""
+    return [x for kv in (cache.keys, cache.values) for x in (kv if _quantized(kv) else [kv])]
 
 
 def _put(cache, arrays: list[mx.array]) -> list[mx.array]:
     """Set the cache's keys and values from the front of `arrays`; returns the rest."""
-    n = len(cache.keys) if isinstance(cache.keys, tuple) else 1
+    n = len(cache.keys) if _quantized(cache.keys) else 1
     keys, values, rest = arrays[:n], arrays[n : 2 * n], arrays[2 * n :]
-    if isinstance(cache.keys, tuple):
-        cache.keys, cache.values = tuple(keys), tuple(values)
+    if _quantized(cache.keys):
+        kind = type(cache.keys)
+        cache.keys, cache.values = kind(keys), kind(values)
     else:
         cache.keys, cache.values = keys[0], values[0]
     return rest
+
+
+def _quantized(kv) -> bool:
+    return isinstance(kv, (tuple, list))
 
 
 @mx.compile

@@ -199,6 +199,9 @@ class OnDevice:
                 self.gates = mx.array(policy.gates, dtype=mx.float32)
         self.pipelined = self.gates is None
         state.drafts = mx.zeros(self.draft, dtype=mx.uint32)
+        if self.trees:  # the accepted rows each pass keeps: as many as the deepest tree's path
+            k = max(t.depth for t in self.trees) + 1
+            state.kept = Kept.nothing(state.caches, state.offset, k)
 
     def issue(self) -> _Pending:
         dec, state = self.dec, self.state

@@ -9,8 +9,8 @@ the pass's rows, so a trace depends only on the tree size, the streams run and t
 capacity (grown in steps of 256 rows).
 
 `Passes.step` runs a whole greedy pass of a static tree on the device: the forward, acceptance
-(argmax comparisons along the tree), the cache compaction to the accepted path and the next
-draft (the accepted node's stream top-k), with the offset as an array. Nothing is read back, so
+(argmax comparisons along the tree), the accepted path's rows for the cache compaction and the
+next draft (the accepted node's stream top-k), with the offset as an array. Nothing is read back, so
 the decoding loop builds the next pass before this one finishes (decoding.loop).
 
 Compaction is deferred by one pass: a pass returns its buffers as written (every tree node's
@@ -58,18 +58,21 @@ class _BufferCache:
 
 @dataclass
 class Kept:
-    """The last pass's accepted rows, every layer's keys then values (1, H, D + 1, hd) with the
+    """The last pass's accepted rows, every layer's keys then values (1, H, K, hd) with the
     first `count` valid, not yet in the buffers: the next pass writes them at `at`, its own
-    offset minus `count`, before its own rows."""
+    offset minus `count`, before its own rows. K, one more than the deepest tree's depth, is
+    the same for every pass of a generation (one trace per tree, whatever the last one was);
+    the rows past `count` land at or past the next offset, where that pass's own rows or its
+    mask cover them."""
 
     rows: list[mx.array]
     at: mx.array
 
     @classmethod
-    def nothing(cls, caches: list, offset: mx.array) -> Kept:
-        """Before the first pass: one row of zeros per buffer at the offset, where the first
+    def nothing(cls, caches: list, offset: mx.array, k: int) -> Kept:
+        """Before the first pass: K rows of zeros per buffer at the offset, where the first
         pass writes its root."""
-        rows = [mx.zeros((*x.shape[:2], 1, x.shape[3]), x.dtype) for x in _states(caches)]
+        rows = [mx.zeros((*x.shape[:2], k, x.shape[3]), x.dtype) for x in _states(caches)]
         return cls(rows, offset)
 
     def write(self, states: list) -> list:
@@ -190,10 +193,12 @@ class Passes:
         correction, the first `count` valid. `state` is advanced in place, lazily; with `gates`
         (an array of ascending confidences) `state.level` becomes the bin of stream 1's
         confidence at the accepted node, which picks the next pass's tree."""
-        cap = reserve(state.caches, state.bound + len(shape.tree))
         gated = gates is not None
-        kept = state.kept or Kept.nothing(state.caches, state.offset)
+        kept = state.kept or Kept.nothing(state.caches, state.offset, shape.depth + 1)
         held = kept.rows[0].shape[2]
+        # MLX does not bound-check slice updates: the buffers must hold this pass's rows and
+        # the kept ones (written at the last offset, at most the bound)
+        cap = reserve(state.caches, state.bound + max(len(shape.tree), held))
         key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, held, cap)
         fn = self._fn(
             key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft, gated)
@@ -282,11 +287,16 @@ class Passes:
             greedy = mx.argmax(main_logits, axis=-1)  # (N,)
             best, count = _accept(tokens, greedy, shape[1], shape[0], parents)
             path = paths[best]  # (D + 1,) root first, padded with `best`
+            held = kept_rows[0].shape[2]  # K >= D + 1: the same for every pass
+            kept_path = path
+            if held > depth + 1:
+                pad = mx.broadcast_to(path[-1:], (held - depth - 1,))
+                kept_path = mx.concatenate([path, pad])
             ahead = mx.concatenate([path[1:], path[-1:]])
             out = mx.where(mx.arange(depth + 1) == count - 1, greedy[best], tokens[ahead])
             buffers = [c.keys for c in caches] + [c.values for c in caches]
             rows = [c.rows[0] for c in caches] + [c.rows[1] for c in caches]
-            kept_rows = [mx.take(r, path, axis=2) for r in rows]  # (1, H, D + 1, hd)
+            kept_rows = [mx.take(r, kept_path, axis=2) for r in rows]  # (1, H, K, hd)
             if draft_depth > 0:
                 if one_pass:
                     at_best = stream_logits[best]  # (depth, V)
