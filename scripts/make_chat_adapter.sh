@@ -15,15 +15,18 @@
 #    ROWS=10185 MIX_STEPS=0 give the one shipped before msa16 (gpu4000); resumable (rerun after
 #    an interruption: checkpoints sit beside runs/chat_torch/ and runs/chat_mix_torch/);
 # 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
-#    the data sets' train splits, kept in corpus/ (shard mix-00001: `python -m
-#    convert.torch_distill --chat-mix 2000 --seed 0`, the permissive kinds: WikiText-2 passages,
-#    E2E meaning representations, SQL questions and 30 written instructions; no DialogSum),
-#    unpacked (MIX_SEEDS, default 0: "0,1" adds shard mix-00002, the seed-1 mix's new answers);
-#    its usable answers plus as many usable instruction answers drawn at random (seed 0), MIX_STEPS (900) steps of batch 4 at lr 1e-3, warmup 50, from step 2's adapter,
-#    then MIX_ROUNDS (2) - 1 more such runs, each from the last (the shipped `chat` since
-#    2026-11-29: BASE=msa16, two rounds of 3,704 and 3,762 s on the 2-core dev CPU;
-#    MIX_ROUNDS=1 gives the one shipped before it that day, MIX_ROUNDS=1 MIX_STEPS=300 the one
-#    before that);
+#    the data sets' train splits, kept in corpus/ (shards mix-00001 and mix-00002: `python -m
+#    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; the
+#    permissive kinds: WikiText-2 passages, E2E meaning representations, SQL questions and 30
+#    written instructions; no DialogSum), unpacked; rounds of MIX_STEPS (900) steps of batch 4
+#    at lr 1e-3, warmup 50, the first from step 2's adapter, each next from the last; a round
+#    trains on the usable answers of its mix seeds plus as many usable instruction answers drawn
+#    at random (seed 0). MIX_SEEDS lists each round's seeds (default "0 0 0,1": two rounds on
+#    seed 0's 1,020 answers, a third on both seeds' 1,941); MIX_ROUNDS=N runs its first N. The
+#    shipped `chat` since 2026-11-29 08:00 UTC: BASE=msa16, three rounds (3,704, 3,762 and some
+#    4,400 s of wall time on the 2-core dev CPU, the third beside other work); MIX_ROUNDS=2 gives
+#    the one shipped before it that day, MIX_ROUNDS=1 the one before that, MIX_ROUNDS=1
+#    MIX_STEPS=300 the first;
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-51 (OUT=FOLDER writes
@@ -53,27 +56,33 @@ BASE=${BASE:-$RUN/chat_torch}
         --device "${DEVICE:-cpu}"
 RESULT=$BASE
 if [ "${MIX_STEPS:-900}" != 0 ]; then
-    ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed "${MIX_SEEDS:-0}" \
-        --rows "$RUN/mix_train.jsonl" --data-dir "$DATA_DIR"
-    ./dev.sh python - "$RUN" <<'PY'
+    read -r -a SEEDS <<< "${MIX_SEEDS:-0 0 0,1}"
+    round=0
+    for seeds in "${SEEDS[@]:0:${MIX_ROUNDS:-${#SEEDS[@]}}}"; do  # each round continues the last
+        round=$((round + 1))
+        rows=$RUN/chat_mix_rows_${seeds//,/_}.jsonl
+        if [ ! -f "$rows" ]; then
+            ./dev.sh python scripts/corpus.py unpack --split mix --chat-mix 2000 --seed "$seeds" \
+                --rows "$RUN/mix_train_${seeds//,/_}.jsonl" --data-dir "$DATA_DIR"
+            ./dev.sh python - "$RUN" "$RUN/mix_train_${seeds//,/_}.jsonl" "$rows" <<'PY'
 import json, os, random, sys
-run = sys.argv[1]
+run, mix_path, out = sys.argv[1:]
 def usable(path):
     return [r for r in map(json.loads, open(path)) if not r.get("degenerate")]
-mix, answers = usable(f"{run}/mix_train.jsonl"), usable(f"{run}/chat_train.jsonl")
+mix, answers = usable(mix_path), usable(f"{run}/chat_train.jsonl")
 rows = mix + random.Random(0).sample(answers, len(mix))
 random.Random(0).shuffle(rows)
-with open(f"{run}/chat_mix_rows.jsonl.tmp", "w") as f:
+with open(f"{out}.tmp", "w") as f:
     f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-os.replace(f"{run}/chat_mix_rows.jsonl.tmp", f"{run}/chat_mix_rows.jsonl")
+os.replace(f"{out}.tmp", out)
 print(f"{len(mix)} mix answers + {len(mix)} instruction answers")
 PY
-    for round in $(seq "${MIX_ROUNDS:-2}"); do  # each round continues the last, lr schedule anew
+        fi
         done_dir=$RUN/chat_mix_torch$([ "$round" = 1 ] || echo "_$round")
         if [ -f "$done_dir/adapter_config.json" ]; then
             echo "round $round: reusing $done_dir (trained before; delete it to train again)"
         else
-            ./dev.sh python -m convert.torch_train --mode lossless --data "$RUN/chat_mix_rows.jsonl" \
+            ./dev.sh python -m convert.torch_train --mode lossless --data "$rows" \
                 --out "$done_dir" --gamma 4 --n-msa-layers "${MSA_LAYERS:-16}" \
                 --steps "${MIX_STEPS:-900}" --batch-size 4 --lr 1e-3 --segment 32 --warmup 50 \
                 --max-length 512 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}" \
