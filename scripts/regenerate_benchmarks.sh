@@ -118,6 +118,37 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == The chat mix on both shards (issues 20 and 18) ==
+    # the shipped chat side by side with mlx-lm on the chat suite (about 6 min); its training
+    # and scoring are not redone (below)
+    S="The chat mix on both shards"
+    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 10 --max-tokens 96 \
+        --methods ar,ss,pld,ss+pld,mlx-lm --adapter chat --json $R/bench_chat_chatmix2700.json \
+        --markdown $R/bench_chat_chatmix2700.md
+
+    # == The writing tools on today's loop (issue 18) ==
+    # each writing tool side by side with mlx-lm (about 3 min each), then the host-settled
+    # compaction paired against the copying one on chat and sql (about 4 min each)
+    S="The writing tools on today's loop"
+    local ws wf wa
+    for spec in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" \
+        "dialogsum dialogsum/dev.jsonl summarize"; do
+        read -r ws wf wa <<<"$spec"
+        step "$S" ./dev.sh specstream bench --suite "$ws" --data "$D/$wf" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$wa" \
+            --json $R/bench_${ws}_intel_1129.json --markdown $R/bench_${ws}_intel_1129.md
+    done
+    step "$S" ./dev.sh python benchmarks/host_compaction.py --adapter chat --suite chat \
+        --data "$D" --limit 10 --max-tokens 96 --json $R/host_compaction_chat.json
+    step "$S" ./dev.sh python benchmarks/host_compaction.py --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 --json $R/host_compaction_sql.json
+
+    # == Compaction deferred by a pass (issue 18) ==
+    # the loop's cost per pass with today's code (about 2.5 min; the "before" run needs the
+    # code of a7c39df: below)
+    S="Compaction deferred by a pass"
+    step "$S" ./dev.sh python benchmarks/loop_overhead.py --json $R/loop_overhead_intel_kept.json
+
     # == Issue 18's table with a fresh latency curve ==
     # the curve measured again alone (about 3 min), then the three writing tools side by side
     # with mlx-lm (about 5-6 min each)
@@ -529,6 +560,10 @@ fi
 #   .venv (not a dependency of the project), and its output is a pinned test reference.
 # - Issue 18's A/B of the old loop against the new one: /tmp/ab_spec.py was not kept (old code
 #   at 41a5003).
+# - "Compaction deferred by a pass": the "before" column is loop_overhead.py at commit a7c39df
+#   (git worktree it to rerun), and the buffer-copy probes (/work/runs/s38/donate*.py) were not
+#   kept. "The chat mix on both shards": its training (scripts/make_chat_adapter.sh, about 3
+#   hours here for its three rounds) and scoring replace the shipped adapter and are not redone.
 # - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, one device call
 #   per part runs/cuda1..N, the last running `run ADAPTER SUITE`; BENCHMARKS's PyTorch section
 #   names each lease's commands). Likewise every "not measured" Apple Silicon remark.
