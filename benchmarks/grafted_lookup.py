@@ -24,12 +24,10 @@ from types import SimpleNamespace
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx import session  # noqa: E402
-from specstream_mlx.bench.suites import read_suite  # noqa: E402
-from specstream_mlx.prompts import encode_prompt  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, write  # noqa: E402
+from paired import arguments, paired, suite_prompts, write  # noqa: E402
 
 GRAFTED = session._with_lookup
 
@@ -61,8 +59,7 @@ def run(loaded, prompt: list[int], max_tokens: int, method: str):
 def main() -> None:
     args = arguments(__doc__)
     loaded = ss.load(args.model, args.adapter)
-    questions = read_suite(args.suite, args.data, args.limit)
-    prompts = [encode_prompt(loaded, q.turns[0]) for q in questions]
+    prompts = suite_prompts(loaded, args)
     lookup = run(loaded, prompts[0], 1, "grafted").stats.tree
     print(f"grafted: {json.dumps(lookup)}", flush=True)
     runs = {m: partial(run, loaded, method=m) for m in METHODS}

@@ -19,13 +19,11 @@ from functools import partial
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
-from specstream_mlx.bench.suites import read_suite  # noqa: E402
 from specstream_mlx.decoding import loop  # noqa: E402
-from specstream_mlx.prompts import encode_prompt  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, write  # noqa: E402
+from paired import arguments, paired, suite_prompts, write  # noqa: E402
 
 IN_PLACE = loop.compact
 
@@ -59,8 +57,7 @@ def run(loaded, prompt: list[int], max_tokens: int, method: str):
 def main() -> None:
     args = arguments(__doc__)
     loaded = ss.load(args.model, args.adapter)
-    questions = read_suite(args.suite, args.data, args.limit)
-    prompts = [encode_prompt(loaded, q.turns[0]) for q in questions]
+    prompts = suite_prompts(loaded, args)
     runs = {m: partial(run, loaded, method=m) for m in METHODS}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("ss+pld", "ss+pld before"))
     extra = {

@@ -75,6 +75,15 @@ def arguments(doc: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
+def suite_prompts(loaded, args: argparse.Namespace) -> list[list[int]]:
+    """The first turn of each of the suite's first --limit items, encoded for `loaded`."""
+    from specstream_mlx.bench.suites import read_suite
+    from specstream_mlx.prompts import encode_prompt
+
+    questions = read_suite(args.suite, args.data, args.limit)
+    return [encode_prompt(loaded, q.turns[0]) for q in questions]
+
+
 def write(args: argparse.Namespace, prompts: list, extra: dict, provenance: dict) -> None:
     """The run's JSON (--json): what ran, `extra` (the results), `provenance`."""
     if not args.json:

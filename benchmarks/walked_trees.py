@@ -26,12 +26,10 @@ from functools import partial
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.bench.suites import read_suite  # noqa: E402
-from specstream_mlx.prompts import encode_prompt  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, write  # noqa: E402
+from paired import arguments, paired, suite_prompts, write  # noqa: E402
 
 
 def plans(loaded) -> dict:
@@ -67,8 +65,7 @@ def main() -> None:
     for name, plan in chosen.items():
         print(f"{name}: {json.dumps(plan.to_dict())}", flush=True)
     methods = {"ar": None, **chosen}
-    questions = read_suite(args.suite, args.data, args.limit)
-    prompts = [encode_prompt(loaded, q.turns[0]) for q in questions]
+    prompts = suite_prompts(loaded, args)
     runs = {m: partial(run, loaded, plan=plan) for m, plan in methods.items()}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("walked", "counted"))
     extra = {

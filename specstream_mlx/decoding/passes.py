@@ -194,7 +194,7 @@ class Passes:
         (an array of ascending confidences) `state.level` becomes the bin of stream 1's
         confidence at the accepted node, which picks the next pass's tree."""
         gated = gates is not None
-        kept = state.kept or Kept.nothing(state.caches, state.offset, shape.depth + 1)
+        kept = state.kept  # Kept.nothing(...) before the first pass
         held = kept.rows[0].shape[2]
         # MLX does not bound-check slice updates: the buffers must hold this pass's rows and
         # the kept ones (written at the last offset, at most the bound)
