@@ -118,6 +118,16 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Qwen2.5-Coder-0.5B on today's loop and instance (issue 19) ==
+    # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 15 min)
+    S="Qwen2.5-Coder-0.5B on today's loop and instance"
+    step "$S" into $R/calibration_qwen_sql_intel_1201.json env SPECSTREAM_CACHE="$QC" ./dev.sh \
+        specstream calibrate --model "$QWEN" --adapter sql --force --json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_1201.json \
+        --markdown $R/bench_qwen_sql_intel_1201.md
+
     # == The chat mix on both shards (issues 20 and 18) ==
     # the shipped chat side by side with mlx-lm on the chat suite (about 6 min); its training
     # and scoring are not redone (below)
