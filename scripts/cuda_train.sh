@@ -61,11 +61,11 @@
 # training answers (`rows chat base: mix:CHAT_EXTRA=runs/cuda/distill/mix_train.jsonl`; run the
 # distill and the rows in one call: a machine handed back between calls loses the mix file, and
 # a missing CHAT_EXTRA stops the row). `import FOLDER` unpacks a returned mix_train_gpu.jsonl.gz
-# to $GPU_DIR/mix_train.jsonl. The 3,271 mix answers already distilled (corpus shards mix-00001
-# to mix-00003, `--chat-mix 2000 --seed 0`, `1` and `2`) travel in runs/cudadata: `rows chat
+# to $GPU_DIR/mix_train.jsonl. The 4,156 mix answers already distilled (corpus shards mix-00001
+# to mix-00004, `--chat-mix 2000 --seed 0`, `1`, `2` and `3`) travel in runs/cudadata: `rows chat
 # mix:CHAT_EXTRA=runs/cudadata/instructions/mix_train.jsonl.gz` needs no distill call (a
-# CHAT_EXTRA may be gzipped; CHAT_EXTRA_REPEAT=N repeats its rows N times: the 2,756 usable mix
-# answers are about 19% of the usable rows once, 71% ten times; the shipped chat's continuation
+# CHAT_EXTRA may be gzipped; CHAT_EXTRA_REPEAT=N repeats its rows N times: the 3,525 usable mix
+# answers are about 23% of the usable rows once, 75% ten times; the shipped chat's continuation
 # trained on half mix (seed 0's 1,020, then seeds 0 and 1's 1,941), half instruction answers).
 # runs/cudadata is ~12 MB with WikiText's train split: carry it in a call of its own.
 set -euo pipefail
@@ -151,9 +151,9 @@ prepare)
         --rows runs/cuda/instructions_train.jsonl
     gzip -c runs/cuda/instructions_train.jsonl > runs/cudadata/instructions/train.jsonl.gz
     gzip -c "$data/instructions/instructions.jsonl" > runs/cudadata/instructions/prompts.jsonl.gz
-    # the chat mix's answers kept in corpus/ (shards mix-00001..00003: seeds 0, 1, 2), for CHAT_EXTRA
+    # the chat mix's answers kept in corpus/ (shards mix-00001..00004: seeds 0, 1, 2, 3), for CHAT_EXTRA
     rm -f runs/cuda/mix_train.jsonl
-    ./dev.sh python scripts/corpus.py unpack --split mix --seed 0,1,2 --data-dir "$data" \
+    ./dev.sh python scripts/corpus.py unpack --split mix --seed 0,1,2,3 --data-dir "$data" \
         --rows runs/cuda/mix_train.jsonl
     gzip -c runs/cuda/mix_train.jsonl > runs/cudadata/instructions/mix_train.jsonl.gz
     du -sh runs/cudadata

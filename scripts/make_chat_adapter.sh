@@ -16,7 +16,8 @@
 #    an interruption: checkpoints sit beside runs/chat_torch/ and runs/chat_mix_torch/);
 # 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
 #    the data sets' train splits, kept in corpus/ (shards mix-00001 and mix-00002: `python -m
-#    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; the
+#    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; mix-00003
+#    and mix-00004 hold seeds 2 and 3's, for a round of MIX_SEEDS=0,1,2,3, not yet run; the
 #    permissive kinds: WikiText-2 passages, E2E meaning representations, SQL questions and 30
 #    written instructions; no DialogSum), unpacked; rounds of MIX_STEPS (900) steps of batch 4
 #    at lr 1e-3, warmup 50, the first from step 2's adapter, each next from the last; a round
