@@ -118,6 +118,15 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == The shipped chat on the same instance (issues 18 and 20) ==
+    # the base model's curve measured afresh (about 3 min), the chat suite side by side (about 10)
+    S="The shipped chat on the same instance"
+    step "$S" into $R/calibration_fresh_curve_intel_1201.json ./dev.sh specstream calibrate \
+        --force --json
+    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 10 --max-tokens 96 \
+        --methods ar,ss,pld,ss+pld,mlx-lm --adapter chat --json $R/bench_chat_intel_1201.json \
+        --markdown $R/bench_chat_intel_1201.md
+
     # == Qwen2.5-Coder-0.5B on today's loop and instance (issue 19) ==
     # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 15 min)
     S="Qwen2.5-Coder-0.5B on today's loop and instance"
