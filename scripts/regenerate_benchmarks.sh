@@ -119,13 +119,15 @@ steps() {
     local S B MEM AB t p
 
     # == The shipped chat on the same instance (issues 18 and 20) ==
-    # the base model's curve measured afresh (about 3 min), the chat suite side by side (about 10)
+    # the base model's curve measured afresh (about 3 min), the chat suite side by side (about 10),
+    # then a pass's cost in 4 / 8 / 16 MSA layers (about 1.5 min)
     S="The shipped chat on the same instance"
     step "$S" into $R/calibration_fresh_curve_intel_1201.json ./dev.sh specstream calibrate \
         --force --json
     step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 10 --max-tokens 96 \
         --methods ar,ss,pld,ss+pld,mlx-lm --adapter chat --json $R/bench_chat_intel_1201.json \
         --markdown $R/bench_chat_intel_1201.md
+    step "$S" ./dev.sh python benchmarks/msa_depth.py --json $R/msa_depth_intel_1201.json
 
     # == Qwen2.5-Coder-0.5B on today's loop and instance (issue 19) ==
     # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 15 min)
