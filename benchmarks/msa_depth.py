@@ -22,7 +22,6 @@ import numpy as np  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
 from specstream_mlx.decoding.loop import Decoder  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
-from specstream_mlx.errors import SpecstreamError  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 # isort: on
@@ -40,9 +39,7 @@ def main() -> None:
     loaded = ss.load(args.model)
     curve = calibration.read_curve(loaded)
     if curve is None:
-        raise SystemExit(
-            str(SpecstreamError("no latency curve cached: run `specstream calibrate`"))
-        )
+        raise SystemExit("msa_depth: no latency curve cached: run `specstream calibrate` first")
     arch = arch_of(loaded.model, loaded.config["model_type"])
     vocab = loaded.config["vocab_size"]
     prompt = [int(t) for t in (np.arange(128) * 7 + 3) % vocab]
