@@ -131,10 +131,17 @@ def run(args) -> int:
         print(f"| {r} | {ms:.1f} | {ms / one:.2f} |")
     mode = "compiled" if curve.compiled else "eager"
     print(f"{mode} passes (faster here); in the decoding loop, ms per pass:")
-    print("| tree nodes (one stream each) | ms | x plain step |\n|---:|---:|---:|")
-    print(f"| plain decoding | {curve.plain_ms:.1f} | 1.00 |")
-    for nodes, ms in zip(curve.loop_nodes, curve.loop_ms, strict=True):
-        print(f"| {nodes} | {ms:.1f} | {ms / curve.plain_ms:.2f} |")
+    depths = [curve.msa_ref] + ([curve.msa_deep] if curve.loop_deep_ms else [])
+    loops = [curve.loop_ms] + ([curve.loop_deep_ms] if curve.loop_deep_ms else [])
+    head = " | ".join(f"ms, streams in {d} MSA layers | x plain step" for d in depths)
+    print(f"| tree nodes (one stream each) | {head} |\n|---:|" + "---:|---:|" * len(depths))
+    print("| plain decoding |" + f" {curve.plain_ms:.1f} | 1.00 |" * len(depths))
+    for i, nodes in enumerate(curve.loop_nodes):
+        cells = "".join(
+            f" {ms[i]:.1f} | {ms[i] / curve.plain_ms:.2f} |" if i < len(ms) else " | |"
+            for ms in loops
+        )
+        print(f"| {nodes} |{cells}")
     if "acceptance" in out:
         print(describe_rates(out["acceptance"]))
     tree = out.get("tree")

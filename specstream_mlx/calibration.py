@@ -40,9 +40,14 @@ from .streams.params import StreamParams
 
 # 5: loop costs of the one decoding loop (passes settled on the device, pipelined)
 # 6: loops timed over every round, the plain step capped by the bare one-row pass
-CURVE_VERSION = 6
+# 7: loops timed at two MSA depths as well (msa_deep), a pass's depth interpolated between them
+CURVE_VERSION = 7
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
+# The MSA depths the loops are timed at (each at most the model's layers less one): a shallow
+# one and the deepest shipped adapter's (`chat`, 16); a pass at another depth is interpolated.
+MSA_REF, MSA_DEEP = 4, 16
+DEEP_NODES = 8  # the largest tree timed at MSA_DEEP too (a larger one is extrapolated)
 # Row counts whose forward pass costs more than this many 1-row passes are not timed (no tree
 # that large can pay, and on a device where cost grows with rows, e.g. quantized weights on a
 # CPU, timing them would take many minutes); the curve extends proportionally past them.
@@ -73,6 +78,11 @@ class LatencyCurve:
     loop_ms: list = field(default_factory=list)  # a pass of loop_nodes nodes, 1 stream each
     loop_nodes: list = field(default_factory=list)  # the LOOP_NODES timed (see MAX_COST_RATIO)
     msa_ref: int = 4  # MSA layers of the streams loop_ms was measured with
+    # The same loops with the streams in `msa_deep` MSA layers (none where the model has too few
+    # layers): stream rows cost more a layer in the loop than the bare layer curve says (2-node
+    # pass in 16 layers vs 4: +7 to +27 ms measured, +4.6 predicted; docs/BENCHMARKS.md)
+    msa_deep: int = 0
+    loop_deep_ms: list = field(default_factory=list)
     compiled: bool = False  # compiled passes (decoding.passes) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
@@ -126,15 +136,30 @@ class LatencyCurve:
 
     def pass_ms(self, nodes: int, streams: int, n_msa: int, drafted: int | None = None) -> float:
         """A tree pass in the decoding loop: `nodes` nodes, each with `streams` streams in the top
-        `n_msa` layers. The measured loop pass of that size (one stream per node in `msa_ref`
-        layers), corrected by the curve for other stream counts and MSA depths; beyond the
-        largest measured size, extended along the curve. The head runs on the first `drafted`
-        streams (default all) of every node."""
+        `n_msa` layers. The measured loop pass of that size (one stream per node) at that depth,
+        corrected by the curve for other stream counts; beyond the largest measured size,
+        extended along the curve. The head runs on the first `drafted` streams (default all) of
+        every node."""
         drafted = streams if drafted is None else drafted
         size = min(nodes, self.loop_nodes[-1])
-        loop = float(np.interp(size, self.loop_nodes, self.loop_ms))
-        measured_shape = self._layers_and_head(size, 1, self.msa_ref, 1)
-        return loop + self._layers_and_head(nodes, streams, n_msa, drafted) - measured_shape
+        measured_shape = self._layers_and_head(size, 1, n_msa, 1)
+        extra = self._layers_and_head(nodes, streams, n_msa, drafted) - measured_shape
+        return self._loop_at(size, n_msa) + extra
+
+    def _loop_at(self, size: float, n_msa: int) -> float:
+        """The loop pass of `size` nodes, one stream each in `n_msa` MSA layers: linear in the
+        depth through the two measured ones (beyond them, along the same line; past the largest
+        size timed deep, the cost a layer adds grows with the nodes); with one measured depth,
+        moved to `n_msa` by the bare layer curve."""
+        ref = float(np.interp(size, self.loop_nodes, self.loop_ms))
+        if not self.loop_deep_ms:
+            shape = self._layers_and_head(size, 1, n_msa, 1)
+            return ref + shape - self._layers_and_head(size, 1, self.msa_ref, 1)
+        deep_nodes = self.loop_nodes[: len(self.loop_deep_ms)]
+        layers = self.msa_deep - self.msa_ref
+        added = [(d - r) / layers for d, r in zip(self.loop_deep_ms, self.loop_ms, strict=False)]
+        per_layer = float(np.interp(size, deep_nodes, added)) * max(1.0, size / deep_nodes[-1])
+        return ref + (n_msa - self.msa_ref) * per_layer
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -284,7 +309,7 @@ def measure_curve(
         [round(float(v), 4) for v in layer],
         [round(float(v), 4) for v in head],
         compiled=bool(compiled),
-        msa_ref=max(1, min(4, n_layers - 1)),
+        msa_ref=max(1, min(MSA_REF, n_layers - 1)),
         mode_ms={f"{'compiled' if c else 'eager'}_{r}": round(v, 2) for (c, r), v in modes.items()},
     )
     stage(3)
@@ -334,31 +359,43 @@ def others_cpu_share():
 def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int) -> None:
     """Real decoding loops (decoding.loop), in the curve's mode, interleaved: plain decoding
     sets `plain_step_ms`; Speculative Streaming with untrained streams on a static tree of N
-    nodes (the root and N - 1 children: one stream per node) sets `loop_ms[N]`: everything a
-    pass costs, reading it back and compacting the cache included."""
+    nodes (the root and N - 1 children: one stream per node) in `msa_ref` MSA layers sets
+    `loop_ms[N]`, in MSA_DEEP ones (where the model has more; N up to DEEP_NODES)
+    `loop_deep_ms[N]`: everything a pass costs, reading it back and compacting the cache
+    included."""
     vocab, steps = loaded.config["vocab_size"], 10
     prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
-    n_ref = curve.msa_ref
+    deep = min(MSA_DEEP, curve.n_layers - 1)
+    depths = [curve.msa_ref] + ([deep] if deep > curve.msa_ref else [])
 
     def per_step(dec: Decoder):
         return lambda: loop_ms(dec, prompt, steps)
 
-    def star(nodes: int) -> Decoder:
-        return star_decoder(loaded, arch, nodes, n_ref, curve.compiled)
-
     plain = Decoder(loaded.model, arch, passes=Passes(arch, None, curve.compiled))
     fns = {0: per_step(plain)}
     nodes = [n for n in LOOP_NODES if n <= curve.rows[-1]]
-    fns.update({n: per_step(star(n)) for n in nodes})
+    for d in depths:
+        sizes = nodes if d == curve.msa_ref else [n for n in nodes if n <= DEEP_NODES]
+        fns.update(
+            {(d, n): per_step(star_decoder(loaded, arch, n, d, curve.compiled)) for n in sizes}
+        )
     for fn in fns.values():  # warm-up: traces, allocations
         fn()
-    times: dict = {n: [] for n in fns}
+    times: dict = {key: [] for key in fns}
     for _ in range(rounds):
-        for n, fn in fns.items():
-            times[n].append(fn())
+        for key, fn in fns.items():
+            times[key].append(fn())
     curve.plain_step_ms = round(statistics.median(times[0]), 3)
-    measured = np.maximum.accumulate([statistics.median(times[n]) for n in nodes])
-    curve.loop_ms = [round(float(v), 3) for v in measured]
+    # more nodes, and the same nodes in more layers, never cost less: noise smoothed away
+    floor = np.zeros(len(nodes))
+    for d in depths:
+        timed = [statistics.median(times[(d, n)]) for n in nodes if (d, n) in times]
+        ms = np.maximum.accumulate(np.maximum(timed, floor[: len(timed)]))
+        floor = ms
+        if d == curve.msa_ref:
+            curve.loop_ms = [round(float(v), 3) for v in ms]
+        else:
+            curve.msa_deep, curve.loop_deep_ms = d, [round(float(v), 3) for v in ms]
     curve.loop_nodes = nodes
 
 

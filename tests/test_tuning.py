@@ -540,6 +540,29 @@ def test_curve_key_depends_on_precision(tiny_folders):
     assert calibration.curve_key(a) != calibration.curve_key(b)
 
 
+def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
+    tiny_models, monkeypatch
+):
+    monkeypatch.setattr(calibration, "MSA_REF", 1)
+    monkeypatch.setattr(calibration, "MSA_DEEP", 3)  # the tiny models have 4 layers
+    monkeypatch.setattr(calibration, "DEEP_NODES", 2)
+    curve = calibration.measure_curve(tiny_models["llama"], rounds=1, rows=(1, 2, 3))
+    assert (curve.msa_ref, curve.msa_deep) == (1, 3) and curve.loop_nodes == [1, 2, 3]
+    ref, deep = curve.loop_ms, curve.loop_deep_ms
+    assert len(deep) == 2  # the 3-node tree is timed in the shallow streams only
+    # each measured depth needs no correction; a deeper pass never costs less; between: linear
+    assert [curve.pass_ms(n, 1, 1) for n in (1, 2, 3)] == pytest.approx(ref)
+    assert [curve.pass_ms(n, 1, 3) for n in (1, 2)] == pytest.approx(deep)
+    assert all(d >= r for d, r in zip(deep, ref, strict=False))
+    assert curve.pass_ms(2, 1, 2) == pytest.approx((ref[1] + deep[1]) / 2)
+    # past the deep sizes, what a layer adds grows with the nodes
+    per_layer = (deep[1] - ref[1]) / 2
+    assert curve.pass_ms(3, 1, 3) == pytest.approx(ref[2] + 2 * per_layer * 3 / 2)
+    # other stream counts move along the curve from the measured pass at that depth
+    more = curve._layers_and_head(2, 3, 3, 3) - curve._layers_and_head(2, 1, 3, 1)
+    assert curve.pass_ms(2, 3, 3) == pytest.approx(deep[1] + more)
+
+
 def flat_curve(loaded, layer_ms=1.0, per_row=0.0):
     """A made-up latency curve for `loaded`: the tree choice without timing noise."""
     rows = list(calibration.CURVE_ROWS)
