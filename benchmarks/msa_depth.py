@@ -1,6 +1,9 @@
 """What a speculative pass costs as the streams' MSA layers grow, against what the latency curve
-predicts: the calibration's loop passes run their stream rows through `msa_ref` (4) MSA layers
-and `LatencyCurve.pass_ms` scales to an adapter's depth by the bare layer curve's row counts.
+predicts. Before curve version 7 the calibration's loop passes ran their stream rows through
+`msa_ref` (4) MSA layers only and `LatencyCurve.pass_ms` scaled to an adapter's depth by the
+bare layer curve's row counts, which underpriced deep streams; since version 7 the loops are
+timed at 4 and 16 layers too and other depths interpolated, so this checks the interpolation
+(8 layers) and how far the curve has drifted since it was measured (4 and 16).
 
 For a 2-node star (untrained streams, one stream per node, compiled) in 4 / 8 / 16 MSA layers
 it times ms per pass of the decoding loop (calibration.loop_ms, 128 cached tokens), interleaved

@@ -57,9 +57,11 @@ MAX_COST_RATIO = 6.0
 # measured while training ran here said 112 ms per plain step against 43 ms idle (2026-11-26).
 MAX_DRIFT = 0.5
 # Other programs' share of the machine's CPU time while a CPU-device curve was measured (niced
-# ones excepted: they yield the cores) above which it is not cached either: a steady load moves
-# nothing between stages, yet times every pass 2x slow and the rows' costs out of proportion
-# (a curve cached under training on 2026-11-26: plain step 123.7 ms, head 30.1; idle 69.0, 9.5).
+# ones too) above which it is not cached either: a steady load moves nothing between stages,
+# yet times every pass 2x slow and the rows' costs out of proportion (a curve cached under
+# training on 2026-11-26: plain step 123.7 ms, head 30.1; idle 69.0, 9.5). A niced program does
+# not yield the cores to MLX's CPU backend: 16 compiled MSA layers took 304-630 ms beside a
+# `nice -n 19` torch training run against 39-50 ms without it (2026-12-01; docs/BENCHMARKS.md).
 MAX_OTHERS_CPU = 0.25
 
 
@@ -329,7 +331,7 @@ def measure_curve(
 
 def others_cpu_share():
     """A function giving, since this call, the share of the machine's CPU time that other
-    programs used (Linux's /proc/stat less this process's own time; niced programs excluded),
+    programs used (Linux's /proc/stat less this process's own time; niced programs included),
     or None where the system does not say."""
 
     def sample():
@@ -338,8 +340,8 @@ def others_cpu_share():
                 fields = [int(v) for v in f.readline().split()[1:9]]
         except (OSError, ValueError):
             return None
-        user, _nice, system, idle, iowait, irq, softirq, steal = fields
-        busy, total = user + system + irq + softirq + steal, sum(fields)
+        user, nice, system, idle, iowait, irq, softirq, steal = fields
+        busy, total = user + nice + system + irq + softirq + steal, sum(fields)
         mine = os.times()
         return busy, total, mine.user + mine.system
 

@@ -513,7 +513,7 @@ def test_a_curve_measured_on_a_busy_machine_is_provisional_until_the_machine_is_
 
 
 @pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads Linux's /proc/stat")
-def test_other_programs_cpu_time_is_seen_and_niced_ones_are_not():
+def test_other_programs_cpu_time_is_seen_niced_ones_too():
     def spin(seconds):
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
@@ -529,9 +529,9 @@ def test_other_programs_cpu_time_is_seen_and_niced_ones_are_not():
         shares[name] = share()
         neighbour.wait()
     # a program spinning on one core of n is 1/n of the machine (half of a single core it
-    # shares with this process); a niced one yields the cores or is not counted
+    # shares with this process); a niced one as well: it slows MLX's CPU backend all the same
     assert shares["busy"] > 0.3 / os.cpu_count(), shares
-    assert shares["niced"] < shares["busy"] / 2, shares
+    assert shares["niced"] > 0.3 / os.cpu_count(), shares
 
 
 def test_curve_key_depends_on_precision(tiny_folders):
