@@ -118,6 +118,17 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Loops timed at the adapter's depth (issue 18) ==
+    # the base model's curve (version 7, about 5 min), then chat and sql side by side (about 20)
+    S="Loops timed at the adapter's depth"
+    step "$S" into $R/calibration_v7_intel_1201.json ./dev.sh specstream calibrate --force --json
+    for t in "chat $D chat" "sql $D/sql/dev.jsonl sql"; do
+        read -r p B AB <<< "$t"
+        step "$S" ./dev.sh specstream bench --suite "$p" --data "$B" --limit 10 --max-tokens 96 \
+            --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$AB" --json $R/bench_${p}_v7_intel_1201.json \
+            --markdown $R/bench_${p}_v7_intel_1201.md
+    done
+
     # == The shipped chat on the same instance (issues 18 and 20) ==
     # the base model's curve measured afresh (about 3 min), the chat suite side by side (about 10),
     # then a pass's cost in 4 / 8 / 16 MSA layers (about 1.5 min)
