@@ -62,7 +62,7 @@ def run(args) -> int:
     folder = prompts = None
     if args.adapter and loaded.streams is None:  # before timing anything, as the checks below
         raise ss.SpecstreamError(f"{args.adapter} has no speculative streams")
-    if args.adapter and args.measure_acceptance:  # bad arguments fail before a minute of timing
+    if args.adapter and args.measure_acceptance:  # bad arguments fail before minutes of timing
         folder = resolve_adapter(args.adapter, loaded)
         output_file(str(folder / "acceptance.json"), "--measure-acceptance")
         prompts = _prompts(args, folder.name)

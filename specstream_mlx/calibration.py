@@ -47,7 +47,7 @@ LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding l
 # The MSA depths the loops are timed at (each at most the model's layers less one): a shallow
 # one and the deepest shipped adapter's (`chat`, 16); a pass at another depth is interpolated.
 MSA_REF, MSA_DEEP = 4, 16
-DEEP_NODES = 8  # the largest tree timed at MSA_DEEP too (a larger one is extrapolated)
+DEEP_NODES = 8  # the largest tree timed at MSA_DEEP too (a larger one: along the curve)
 # Row counts whose forward pass costs more than this many 1-row passes are not timed (no tree
 # that large can pay, and on a device where cost grows with rows, e.g. quantized weights on a
 # CPU, timing them would take many minutes); the curve extends proportionally past them.
@@ -133,35 +133,41 @@ class LatencyCurve:
     def shared_plain_ms(self, streams: int, n_msa: int) -> float:
         """A plain decoding step of a shared-mode adapter: the plain step plus its `streams`
         stream rows in the top `n_msa` layers (the main stream attends to them; no head runs on
-        them: nothing is drafted)."""
-        return self.plain_ms + n_msa * (self.layer(1 + streams) - self.layer(1))
+        them: nothing is drafted), as the bare curve prices them plus what the loops measured
+        stream rows to cost a layer beyond it."""
+        rows = n_msa * (self.layer(1 + streams) - self.layer(1))
+        return self.plain_ms + rows + (n_msa * self._stream_excess(1) if streams else 0.0)
 
     def pass_ms(self, nodes: int, streams: int, n_msa: int, drafted: int | None = None) -> float:
         """A tree pass in the decoding loop: `nodes` nodes, each with `streams` streams in the top
-        `n_msa` layers. The measured loop pass of that size (one stream per node) at that depth,
-        corrected by the curve for other stream counts; beyond the largest measured size,
-        extended along the curve. The head runs on the first `drafted` streams (default all) of
-        every node."""
+        `n_msa` layers. The measured loop pass of that size (one stream per node in `msa_ref`
+        layers), moved by the curve to other stream counts and depths, plus what stream rows
+        were measured to cost a layer beyond the curve (the loops at `msa_deep`); beyond the
+        largest measured size, extended along the curve. The head runs on the first `drafted`
+        streams (default all) of every node."""
         drafted = streams if drafted is None else drafted
         size = min(nodes, self.loop_nodes[-1])
-        measured_shape = self._layers_and_head(size, 1, n_msa, 1)
-        extra = self._layers_and_head(nodes, streams, n_msa, drafted) - measured_shape
-        return self._loop_at(size, n_msa) + extra
+        loop = float(np.interp(size, self.loop_nodes, self.loop_ms))
+        measured_shape = self._layers_and_head(size, 1, self.msa_ref, 1)
+        moved = loop + self._layers_and_head(nodes, streams, n_msa, drafted) - measured_shape
+        excess = (n_msa - self.msa_ref) * self._stream_excess(size) if streams else 0.0
+        return moved + excess
 
-    def _loop_at(self, size: float, n_msa: int) -> float:
-        """The loop pass of `size` nodes, one stream each in `n_msa` MSA layers: linear in the
-        depth through the two measured ones (beyond them, along the same line; past the largest
-        size timed deep, the cost a layer adds grows with the nodes); with one measured depth,
-        moved to `n_msa` by the bare layer curve."""
-        ref = float(np.interp(size, self.loop_nodes, self.loop_ms))
-        if not self.loop_deep_ms:
-            shape = self._layers_and_head(size, 1, n_msa, 1)
-            return ref + shape - self._layers_and_head(size, 1, self.msa_ref, 1)
-        deep_nodes = self.loop_nodes[: len(self.loop_deep_ms)]
-        layers = self.msa_deep - self.msa_ref
-        added = [(d - r) / layers for d, r in zip(self.loop_deep_ms, self.loop_ms, strict=False)]
-        per_layer = float(np.interp(size, deep_nodes, added)) * max(1.0, size / deep_nodes[-1])
-        return ref + (n_msa - self.msa_ref) * per_layer
+    def _stream_excess(self, size: float) -> float:
+        """ms a layer of stream rows (one per node of a `size`-node pass) costs in the loop
+        beyond what the bare layer curve says: the slope between the loops at `msa_ref` and at
+        `msa_deep` layers less the curve's (0 without both; past the largest size timed deep,
+        that size's)."""
+        deep = self.loop_deep_ms
+        if len(deep) < 2 or self.msa_deep <= self.msa_ref:
+            return 0.0
+        nodes, layers = self.loop_nodes[: len(deep)], self.msa_deep - self.msa_ref
+        excess = [
+            (d - r - self._layers_and_head(n, 1, self.msa_deep, 1)
+             + self._layers_and_head(n, 1, self.msa_ref, 1)) / layers
+            for n, d, r in zip(nodes, deep, self.loop_ms, strict=False)
+        ]  # fmt: skip
+        return float(np.interp(size, nodes, excess))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -490,8 +496,8 @@ def machine_idle(seconds: float = 0.3) -> bool:
 
 
 def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | None:
-    """This device's curve for `loaded`: kept on it, read from the cache, or measured now (a few
-    seconds) and cached. measure=False returns None instead of measuring."""
+    """This device's curve for `loaded`: kept on it, read from the cache, or measured now
+    (minutes on a CPU) and cached. measure=False returns None instead of measuring."""
     curve = loaded.latency_curve
     if curve is not None and curve.key == curve_key(loaded):
         return curve
@@ -501,9 +507,9 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
     if curve is None:
         if not measure:
             return None
-        if sys.stderr.isatty():  # a silent minute would look like a hang
+        if sys.stderr.isatty():  # silent minutes would look like a hang
             print(
-                f"specstream: measuring this device once for {loaded.name} (about a minute; "
+                f"specstream: measuring this device once for {loaded.name} (minutes on a CPU; "
                 "`specstream calibrate` does it ahead)",
                 file=sys.stderr,
                 flush=True,

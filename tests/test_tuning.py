@@ -525,7 +525,10 @@ def test_other_programs_cpu_time_is_seen_niced_ones_too():
         neighbour = subprocess.Popen([*prefix, sys.executable, "-c", code])
         time.sleep(0.3)  # started
         share = calibration.others_cpu_share()
-        spin(1.5)  # this process's own time is not the others'
+        if name == "busy":
+            spin(1.5)  # this process's own time is not the others'
+        else:
+            time.sleep(1.5)  # a niced one is left a core (on one core it would get ~1.5%)
         shares[name] = share()
         neighbour.wait()
     # a program spinning on one core of n is 1/n of the machine (half of a single core it
@@ -546,7 +549,16 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     monkeypatch.setattr(calibration, "MSA_REF", 1)
     monkeypatch.setattr(calibration, "MSA_DEEP", 3)  # the tiny models have 4 layers
     monkeypatch.setattr(calibration, "DEEP_NODES", 2)
+    monkeypatch.setattr(calibration, "MAX_COST_RATIO", float("inf"))  # every row count timed
+    timed, star = [], calibration.star_decoder
+
+    def spy(loaded, arch, nodes, n_msa_layers, compiled):
+        timed.append((nodes, n_msa_layers))
+        return star(loaded, arch, nodes, n_msa_layers, compiled)
+
+    monkeypatch.setattr(calibration, "star_decoder", spy)
     curve = calibration.measure_curve(tiny_models["llama"], rounds=1, rows=(1, 2, 3))
+    assert sorted(timed) == [(1, 1), (1, 3), (2, 1), (2, 3), (3, 1)]
     assert (curve.msa_ref, curve.msa_deep) == (1, 3) and curve.loop_nodes == [1, 2, 3]
     ref, deep = curve.loop_ms, curve.loop_deep_ms
     assert len(deep) == 2  # the 3-node tree is timed in the shallow streams only
@@ -555,12 +567,11 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     assert [curve.pass_ms(n, 1, 3) for n in (1, 2)] == pytest.approx(deep)
     assert all(d >= r for d, r in zip(deep, ref, strict=False))
     assert curve.pass_ms(2, 1, 2) == pytest.approx((ref[1] + deep[1]) / 2)
-    # past the deep sizes, what a layer adds grows with the nodes
-    per_layer = (deep[1] - ref[1]) / 2
-    assert curve.pass_ms(3, 1, 3) == pytest.approx(ref[2] + 2 * per_layer * 3 / 2)
     # other stream counts move along the curve from the measured pass at that depth
     more = curve._layers_and_head(2, 3, 3, 3) - curve._layers_and_head(2, 1, 3, 1)
     assert curve.pass_ms(2, 3, 3) == pytest.approx(deep[1] + more)
+    # without stream rows the depth of the MSA layers costs nothing beyond the bare curve
+    assert curve.pass_ms(2, 0, 3, 0) == pytest.approx(curve.pass_ms(2, 0, 1, 0))
 
 
 def flat_curve(loaded, layer_ms=1.0, per_row=0.0):
