@@ -17,17 +17,18 @@
 # 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
 #    the data sets' train splits, kept in corpus/ (shards mix-00001 and mix-00002: `python -m
 #    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; mix-00003
-#    and mix-00004 hold seeds 2 and 3's, for a round of MIX_SEEDS=0,1,2,3, not yet run; the
+#    and mix-00004 seeds 2 and 3's); the
 #    permissive kinds: WikiText-2 passages, E2E meaning representations, SQL questions and 30
 #    written instructions; no DialogSum), unpacked; rounds of MIX_STEPS (900) steps of batch 4
 #    at lr 1e-3, warmup 50, the first from step 2's adapter, each next from the last; a round
 #    trains on the usable answers of its mix seeds plus as many usable instruction answers drawn
-#    at random (seed 0). MIX_SEEDS lists each round's seeds (default "0 0 0,1": two rounds on
-#    seed 0's 1,020 answers, a third on both seeds' 1,941); MIX_ROUNDS=N runs its first N. The
-#    shipped `chat` since 2026-11-29 08:00 UTC: BASE=msa16, three rounds (3,704, 3,762 and some
-#    4,400 s of wall time on the 2-core dev CPU, the third beside other work); MIX_ROUNDS=2 gives
-#    the one shipped before it that day, MIX_ROUNDS=1 the one before that, MIX_ROUNDS=1
-#    MIX_STEPS=300 the first;
+#    at random (seed 0). MIX_SEEDS lists each round's seeds (default "0 0 0,1 0,1,2,3": two
+#    rounds on seed 0's 1,020 answers, a third on both seeds' 1,941, a fourth on the four seeds'
+#    3,525); MIX_ROUNDS=N runs its first N. The shipped `chat` since 2026-12-01 23:30 UTC:
+#    BASE=msa16, four rounds (3,704, 3,762, some 4,400 and 7,219 s of wall time on the 2-core
+#    dev CPU, the third beside other work, the fourth paused for timings); MIX_ROUNDS=3 gives the
+#    one shipped from 2026-11-29 08:00 UTC to then, MIX_ROUNDS=2 the one before it that day,
+#    MIX_ROUNDS=1 the one before that, MIX_ROUNDS=1 MIX_STEPS=300 the first;
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-87 (40-51 until
@@ -58,7 +59,7 @@ BASE=${BASE:-$RUN/chat_torch}
         --device "${DEVICE:-cpu}"
 RESULT=$BASE
 if [ "${MIX_STEPS:-900}" != 0 ]; then
-    read -r -a SEEDS <<< "${MIX_SEEDS:-0 0 0,1}"
+    read -r -a SEEDS <<< "${MIX_SEEDS:-0 0 0,1 0,1,2,3}"
     round=0
     for seeds in "${SEEDS[@]:0:${MIX_ROUNDS:-${#SEEDS[@]}}}"; do  # each round continues the last
         round=$((round + 1))
