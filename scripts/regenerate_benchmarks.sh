@@ -595,7 +595,10 @@ fi
 # - "Compaction deferred by a pass": the "before" column is loop_overhead.py at commit a7c39df
 #   (git worktree it to rerun), and the buffer-copy probes (/work/runs/s38/donate*.py) were not
 #   kept. "The chat mix on both shards": its training (scripts/make_chat_adapter.sh, about 3
-#   hours here for its three rounds) and scoring replace the shipped adapter and are not redone.
+#   hours here for its three rounds) and scoring replace the shipped adapter and are not redone;
+#   nor "The fourth chat round ships" (its round: 2 hours here; the scoring commands are in
+#   BENCHMARKS.md), nor the msa_micro / pass_probe probes of "Loops timed at the adapter's
+#   depth" (/work/runs/s40, not kept).
 # - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, one device call
 #   per part runs/cuda1..N, the last running `run ADAPTER SUITE`; BENCHMARKS's PyTorch section
 #   names each lease's commands). Likewise every "not measured" Apple Silicon remark.
