@@ -21,7 +21,7 @@ def specstream(*args, stdin=None, env=None):
         capture_output=True,
         text=True,
         input=stdin,
-        timeout=600,  # a hang guard: a fresh cache measures the latency curve (~3 min here)
+        timeout=1200,  # a hang guard: a fresh cache measures the latency curve (~5 min here)
         env={**os.environ, **(env or {})},
     )
 
