@@ -40,7 +40,7 @@ from .streams.params import StreamParams
 
 # 5: loop costs of the one decoding loop (passes settled on the device, pipelined)
 # 6: loops timed over every round, the plain step capped by the bare one-row pass
-# 7: loops timed at two MSA depths as well (msa_deep), a pass's depth interpolated between them
+# 7: loops timed at a second MSA depth (msa_deep): what stream rows cost a layer beyond the curve
 CURVE_VERSION = 7
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
