@@ -151,9 +151,9 @@ prepare)
         --rows runs/cuda/instructions_train.jsonl
     gzip -c runs/cuda/instructions_train.jsonl > runs/cudadata/instructions/train.jsonl.gz
     gzip -c "$data/instructions/instructions.jsonl" > runs/cudadata/instructions/prompts.jsonl.gz
-    # the chat mix's answers kept in corpus/ (shards mix-00001..00004: seeds 0, 1, 2, 3), for CHAT_EXTRA
+    # the chat mix's answers kept in corpus/ (shards mix-00001..00005: seeds 0-4), for CHAT_EXTRA
     rm -f runs/cuda/mix_train.jsonl
-    ./dev.sh python scripts/corpus.py unpack --split mix --seed 0,1,2,3 --data-dir "$data" \
+    ./dev.sh python scripts/corpus.py unpack --split mix --seed 0,1,2,3,4 --data-dir "$data" \
         --rows runs/cuda/mix_train.jsonl
     gzip -c runs/cuda/mix_train.jsonl > runs/cudadata/instructions/mix_train.jsonl.gz
     du -sh runs/cudadata
