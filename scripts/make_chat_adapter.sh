@@ -16,18 +16,19 @@
 #    an interruption: checkpoints sit beside runs/chat_torch/ and runs/chat_mix_torch/);
 # 3. the chat mix continuation: the base model's answers to the chat suite's mix of prompts over
 #    the data sets' train splits, kept in corpus/ (shards mix-00001 and mix-00002: `python -m
-#    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; mix-00003
-#    and mix-00004 seeds 2 and 3's); the
+#    convert.torch_distill --chat-mix 2000 --seed 0`, then `--seed 1`'s new answers; mix-00003,
+#    mix-00004 and mix-00005 seeds 2, 3 and 4's); the
 #    permissive kinds: WikiText-2 passages, E2E meaning representations, SQL questions and 30
 #    written instructions; no DialogSum), unpacked; rounds of MIX_STEPS (900) steps of batch 4
 #    at lr 1e-3, warmup 50, the first from step 2's adapter, each next from the last; a round
 #    trains on the usable answers of its mix seeds plus as many usable instruction answers drawn
-#    at random (seed 0). MIX_SEEDS lists each round's seeds (default "0 0 0,1 0,1,2,3": two
+#    at random (seed 0). MIX_SEEDS lists each round's seeds (default "0 0 0,1 0,1,2,3 0,1,2,3,4": two
 #    rounds on seed 0's 1,020 answers, a third on both seeds' 1,941, a fourth on the four seeds'
-#    3,525); MIX_ROUNDS=N runs its first N. The shipped `chat` since 2026-12-01 23:30 UTC:
-#    BASE=msa16, four rounds (3,704, 3,762, some 4,400 and 7,219 s of wall time on the 2-core
-#    dev CPU, the third beside other work, the fourth paused for timings); MIX_ROUNDS=3 gives the
-#    one shipped from 2026-11-29 08:00 UTC to then, MIX_ROUNDS=2 the one before it that day,
+#    3,525, a fifth on the five seeds' 4,222); MIX_ROUNDS=N runs its first N. The shipped `chat`
+#    since 2026-12-02 03:25 UTC: BASE=msa16, five rounds (3,704, 3,762, some 4,400, 7,219 and
+#    4,547 s of wall time on the 2-core dev CPU, the third beside other work, the fourth paused
+#    for timings); MIX_ROUNDS=4 gives the one shipped from 2026-12-01 23:30 UTC to then,
+#    MIX_ROUNDS=3 the one shipped from 2026-11-29 08:00 UTC, MIX_ROUNDS=2 the one before it that day,
 #    MIX_ROUNDS=1 the one before that, MIX_ROUNDS=1 MIX_STEPS=300 the first;
 # 4. conversion to MLX into the shipped folder (its README.md, the data's attribution, kept), the
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
@@ -59,7 +60,7 @@ BASE=${BASE:-$RUN/chat_torch}
         --device "${DEVICE:-cpu}"
 RESULT=$BASE
 if [ "${MIX_STEPS:-900}" != 0 ]; then
-    read -r -a SEEDS <<< "${MIX_SEEDS:-0 0 0,1 0,1,2,3}"
+    read -r -a SEEDS <<< "${MIX_SEEDS:-0 0 0,1 0,1,2,3 0,1,2,3,4}"
     round=0
     for seeds in "${SEEDS[@]:0:${MIX_ROUNDS:-${#SEEDS[@]}}}"; do  # each round continues the last
         round=$((round + 1))
