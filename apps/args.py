@@ -9,6 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# the writing tools (specstream_mlx.tasks.TASKS, named here so that parsing imports no MLX)
+TASK_NAMES = ("summarize", "data2text", "sql")
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad flag on one line (exit code 2) instead of usage + error."""

@@ -1,12 +1,12 @@
 """`specstream distill`: the base model's own greedy answers, as training data for lossless
-streams."""
+streams; with a writing tool's shared adapter, that tool's own answers, for its streams."""
 
 from __future__ import annotations
 
-from .args import add_model_args, output_file, positive_int
+from .args import TASK_NAMES, add_model_args, output_file, positive_int
 from .progress import Progress, shows_bar
 
-HELP = "generate the base model's greedy answers for prompts (batched)"
+HELP = "generate the base model's (or a writing tool's) greedy answers for prompts"
 
 
 def add_parser(subparsers) -> None:
@@ -27,6 +27,19 @@ def add_parser(subparsers) -> None:
         metavar="JSONL",
         help="the instruction prompts (default: DATA_DIR/instructions/instructions.jsonl), "
         "their --split part; rows keep each prompt's source and category",
+    )
+    src.add_argument(
+        "--task",
+        choices=TASK_NAMES,
+        help="the writing tool's prompts for the examples of --data-file (a data file in the "
+        "shape of ../shared/data, as `train --task`), in an order drawn by --seed",
+    )
+    p.add_argument("--data-file", help="--task: its data file (for instance its train split)")
+    p.add_argument(
+        "--adapter",
+        help="a shared-mode adapter (summarize, data2text, sql or a folder): that writing tool's "
+        "own answers, decoded one at a time with its streams (ss+pld: the tokens of its plain "
+        "decoding); without it, the base model's, batched",
     )
     p.add_argument(
         "--split",
@@ -80,10 +93,30 @@ def source_prompts(args) -> list:
         ]
     elif args.instructions is not None:
         items = instructions_split(args.instructions or Path(args.data_dir) / FILE, args.split)
+    elif args.task:
+        items = _task_prompts(args.task, args.data_file, args.seed)
     else:
         kinds = mix_kinds(args.mix_kinds)
         items = chat_mix_items(args.data_dir, args.chat_prompts, args.seed, kinds)
     return items[: args.limit]
+
+
+def _task_prompts(task: str, data_file: str | None, seed: int) -> list:
+    """The prompts of `task`'s examples in `data_file`, shuffled by `seed`; each row's source
+    names the data file, its category the task."""
+    import random
+    from pathlib import Path
+
+    import specstream_mlx as ss
+    from specstream_mlx.tasks import get_task, read_task_examples
+    from specstream_mlx.training.instructions import Instruction
+
+    if not data_file:
+        raise ss.SpecstreamError("--task needs --data-file (the task's data, e.g. its train split)")
+    examples = read_task_examples(task, data_file)
+    random.Random(seed).shuffle(examples)
+    source = f"{get_task(task).dataset} {Path(data_file).name}"
+    return [Instruction(ex.prompt, source, task) for ex in examples]
 
 
 def _prompt_row(row) -> dict:
@@ -106,7 +139,7 @@ def run(args) -> int:
         raise ss.SpecstreamError("--out must differ from --prompts (rows are appended to --out)")
     output_file(args.out, "--out", parents=True)
     prompts = source_prompts(args)
-    loaded = ss.load(args.model, precision=args.precision)
+    loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
     bar = Progress("rows", "distill", args.quiet)
 
     def on_row(stats):

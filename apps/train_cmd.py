@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from .args import add_model_args, non_negative_int, output_folder, positive_float, positive_int
+from .args import (
+    TASK_NAMES,
+    add_model_args,
+    non_negative_int,
+    output_folder,
+    positive_float,
+    positive_int,
+)
 from .progress import Progress, shows_bar
 
 HELP = "train a speculative-stream adapter"
@@ -20,7 +27,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--task",
-        choices=["summarize", "data2text", "sql"],
+        choices=TASK_NAMES,
         default=None,
         help="read --data/--val as DialogSum jsonl, E2E csv or sql-create-context jsonl, with "
         "the prompt template of that writing tool",

@@ -147,6 +147,53 @@ def test_distill_resumes_repairs_a_cut_line_and_never_drops_rows(tiny, tmp_path)
     assert out.read_bytes() == before
 
 
+def test_distill_with_a_shared_adapter_writes_the_tools_own_answers(tiny_folders, tmp_path):
+    """A writing tool's main stream attends to its streams, which batched decoding does not run:
+    its rows are its own greedy answers (one at a time), not the base model's."""
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    tool = ss.load(str(tiny_folders["llama"]))
+    cfg = StreamConfig(gamma=2, n_msa_layers=2, mode="shared").validate(
+        tool.config["num_hidden_layers"]
+    )
+    tool.streams = StreamParams(cfg, tool.config["hidden_size"]).randomize(3)
+    base = ss.load(str(tiny_folders["llama"]))
+    prompts = [Instruction(f"summarize note {i}", "notes t.jsonl", "summarize") for i in range(4)]
+    out, base_out = tmp_path / "tool.jsonl", tmp_path / "base.jsonl"
+    distill(tool, prompts, out, max_tokens=8, batch_size=2, log=lambda s: None)
+    distill(base, prompts, base_out, max_tokens=8, batch_size=2, log=lambda s: None)
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    base_rows = [json.loads(ln) for ln in base_out.read_text().splitlines()]
+    for row in rows:
+        plain = ss.generate(tool, row["prompt"], max_tokens=8, decoder="ar")
+        assert row["completion"] == tool.tokenizer.decode(plain.token_ids)
+        assert row["tokens"] == len(plain.token_ids) and row["category"] == "summarize"
+    assert [r["prompt"] for r in rows] == [p.prompt for p in prompts]
+    assert [r["completion"] for r in rows] != [r["completion"] for r in base_rows]
+
+
+def test_distill_cli_task_prompts_are_the_tools_in_a_seeded_order(tmp_path):
+    from specstream_apps.cli import build_parser
+    from specstream_apps.distill_cmd import source_prompts
+
+    from specstream_mlx.tasks import get_task
+
+    rows = [{"id": str(i), "dialogue": f"A: hi {i}\nB: bye", "summary": "s"} for i in range(30)]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["distill", "--task", "summarize", "--data-file", str(path), "--out", "o.jsonl"]
+    items = source_prompts(build_parser().parse_args(argv + ["--limit", "5"]))
+    every = source_prompts(build_parser().parse_args(argv))
+    again = source_prompts(build_parser().parse_args(argv + ["--seed", "1"]))
+    task = get_task("summarize")
+    assert sorted(it.prompt for it in every) == sorted(task.prompt(**r) for r in rows)
+    assert items == every[:5] and every != again
+    assert all(it.source == "dialogsum train.jsonl" and it.category == "summarize" for it in every)
+    with pytest.raises(ss.SpecstreamError, match="--data-file"):
+        source_prompts(build_parser().parse_args(argv[:3] + ["--out", "o.jsonl"]))
+
+
 def test_training_reader_skips_degenerate_rows(tiny, tmp_path):
     path = tmp_path / "t.jsonl"
     rows = [

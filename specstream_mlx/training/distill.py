@@ -1,6 +1,7 @@
 """Distillation data: the base model's own greedy answers, generated with continuous batching
 (many sequences per forward pass cost far less per token on a CPU than one at a time; a finished
-sequence's slot is refilled at once, so no batch waits for its longest answer).
+sequence's slot is refilled at once, so no batch waits for its longest answer); or a writing
+tool's own answers (the base with a shared-mode adapter), decoded one at a time by our loop.
 
 Output rows, one JSON object a line:
     {"prompt", "completion", "source", "category", "tokens", "capped", "loop", "loop_tail",
@@ -17,7 +18,8 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +86,10 @@ def distill(
     skipped, so an interrupted run resumes, and a partial last line is cut off first. Each row
     is written as one whole line and flushed when its answer ends (synced to disk every
     `batch_size` rows): a crash loses only the answers in flight. `batch_size` sequences decode
-    together. `on_row(stats)` follows every row; `log` gets a line every `log_every` rows
+    together, except with a shared-mode adapter on `loaded` (a writing tool: its main stream
+    attends to its streams, which batched decoding does not run), whose own answers are decoded
+    one at a time. `on_row(stats)` follows every row; `log` gets a line every `log_every` rows
     (default: batch_size; 0: only the first and last lines)."""
-    from mlx_lm.generate import BatchGenerator
-
     items = [Instruction(p, "", "") if isinstance(p, str) else p for p in prompts]
     out_path = Path(out_path)
     todo = still_to_answer(items, out_path, log)
@@ -95,6 +97,39 @@ def distill(
     every = batch_size if log_every is None else log_every
     if not todo:
         return stats
+    shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
+    answers = _own_answers if shared else _batched_answers
+    start = time.perf_counter()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "a", encoding="utf-8") as f:
+        with closing(answers(loaded, todo, max_tokens, batch_size)) as answered:
+            for item, tokens, capped in answered:
+                row = make_row(loaded.tokenizer, item, tokens, capped)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                stats.add(row)
+                stats.seconds = time.perf_counter() - start
+                if stats.rows % batch_size == 0:
+                    os.fsync(f.fileno())
+                if on_row:
+                    on_row(stats)
+                if every and stats.rows % every == 0 and stats.rows < stats.total:
+                    log(stats.line())
+        os.fsync(f.fileno())
+    log(stats.line())
+    return stats
+
+
+Answer = tuple[Instruction, list[int], bool]  # the prompt, its answer's ids, capped
+
+
+def _batched_answers(
+    loaded, todo: list[Instruction], max_tokens: int, batch_size: int
+) -> Iterator[Answer]:
+    """The base model's greedy answers, `batch_size` sequences at a time (mlx-lm's
+    BatchGenerator: a finished answer's slot takes the next prompt at once), as they end."""
+    from mlx_lm.generate import BatchGenerator
+
     gen = BatchGenerator(
         loaded.model,
         stop_tokens=[[t] for t in sorted(loaded.eos_token_ids)],
@@ -102,42 +137,35 @@ def distill(
         prefill_batch_size=min(batch_size, 8),
     )
     queue, pending = deque(todo), {}  # uid -> (item, answer tokens so far)
-    start = time.perf_counter()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with open(out_path, "a", encoding="utf-8") as f:
-            while queue or pending:
-                if queue and len(pending) < 2 * batch_size:  # keep the next slots' prompts ready
-                    chunk = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
-                    ids = [encode_prompt(loaded, it.prompt) for it in chunk]
-                    uids = gen.insert(ids, [max_tokens] * len(chunk))
-                    pending.update({u: (it, []) for u, it in zip(uids, chunk, strict=True)})
-                responses = gen.next_generated()
-                if not responses and not queue:  # nothing left to decode, answers unfinished
-                    raise SpecstreamError(f"the generator stopped with {len(pending)} in flight")
-                for r in responses:
-                    item, tokens = pending[r.uid]
-                    if r.finish_reason != "stop":  # the end token itself is not kept
-                        tokens.append(r.token)
-                    if r.finish_reason is None:
-                        continue
+        while queue or pending:
+            if queue and len(pending) < 2 * batch_size:  # keep the next slots' prompts ready
+                chunk = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
+                ids = [encode_prompt(loaded, it.prompt) for it in chunk]
+                uids = gen.insert(ids, [max_tokens] * len(chunk))
+                pending.update({u: (it, []) for u, it in zip(uids, chunk, strict=True)})
+            responses = gen.next_generated()
+            if not responses and not queue:  # nothing left to decode, answers unfinished
+                raise SpecstreamError(f"the generator stopped with {len(pending)} in flight")
+            for r in responses:
+                item, tokens = pending[r.uid]
+                if r.finish_reason != "stop":  # the end token itself is not kept
+                    tokens.append(r.token)
+                if r.finish_reason is not None:
                     del pending[r.uid]
-                    row = make_row(loaded.tokenizer, item, tokens, r.finish_reason == "length")
-                    f.write(json.dumps(row) + "\n")
-                    f.flush()
-                    stats.add(row)
-                    stats.seconds = time.perf_counter() - start
-                    if stats.rows % batch_size == 0:
-                        os.fsync(f.fileno())
-                    if on_row:
-                        on_row(stats)
-                    if every and stats.rows % every == 0 and stats.rows < stats.total:
-                        log(stats.line())
-            os.fsync(f.fileno())
+                    yield item, tokens, r.finish_reason == "length"
     finally:
         gen.close()
-    log(stats.line())
-    return stats
+
+
+def _own_answers(loaded, todo: list[Instruction], max_tokens: int, _batch: int) -> Iterator[Answer]:
+    """The greedy answers of `loaded` with its adapter, one prompt at a time, decoded by
+    `ss+pld`: exactly the tokens of its plain decoding, sooner."""
+    from ..generate import generate
+
+    for item in todo:
+        result = generate(loaded, item.prompt, max_tokens=max_tokens, decoder="ss+pld")
+        yield item, result.token_ids, result.finish_reason == "length"
 
 
 def still_to_answer(
