@@ -14,7 +14,10 @@
 # overrides the task's LoRA depth (0: every block), STEPS its optimizer steps (of batch 4), OUT
 # the adapter folder (its README.md is kept). With ENGINE=torch, INIT=FOLDER continues that
 # adapter instead of starting afresh (convert.torch_train --init), SEED picks another draw of
-# the examples (default 0) and LR the streams' peak rate (default 3e-3).
+# the examples (default 0) and LR the streams' peak rate (default 3e-3); with INIT, DISTILL=N
+# first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`,
+# into RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the
+# data set's references: the text its streams predict at run time.
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -41,9 +44,18 @@ if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi
 common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
     --warmup 10 --seed 0 --overwrite)
+train_data=(--task "$task" --data "$DATA_DIR/$data")
+if [ -n "${DISTILL:-}" ]; then  # the INIT tool's own answers to DISTILL train prompts
+    [ "${ENGINE:-mlx}" = torch ] || { echo "DISTILL=N needs ENGINE=torch" >&2; exit 2; }
+    own=${RUN_DIR:-../runs}/${task}_own.jsonl
+    ./dev.sh specstream distill --task "$task" --data-file "$DATA_DIR/$data" \
+        --adapter "${INIT:?DISTILL=N needs INIT=the adapter whose answers to learn}" \
+        --limit "$DISTILL" --max-tokens 96 --out "$own"
+    train_data=(--data "$own")
+fi
 if [ "$which" != "--baseline-only" ] && [ "${ENGINE:-mlx}" = torch ]; then
-    [ -d "${out}_torch" ] || ./dev.sh python -m convert.torch_train --mode shared --task "$task" \
-        --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4 --max-length "$max_length" \
+    [ -d "${out}_torch" ] || ./dev.sh python -m convert.torch_train --mode shared \
+        "${train_data[@]}" --steps "$steps" --batch-size 4 --max-length "$max_length" \
         --n-msa-layers 8 --gamma 4 --lr "${LR:-3e-3}" --lora-lr 5e-5 --lora-layers "$lora_layers" \
         --warmup 10 --seed "${SEED:-0}" --checkpoint-every 25 --device "${DEVICE:-cpu}" \
         ${INIT:+--init "$INIT"} --out "${out}_torch"
