@@ -135,8 +135,11 @@ def run(args) -> int:
     import specstream_mlx as ss
     from specstream_mlx.training.distill import distill
 
-    if args.prompts and Path(args.out).resolve() == Path(args.prompts).resolve():
-        raise ss.SpecstreamError("--out must differ from --prompts (rows are appended to --out)")
+    for flag, given in (("--prompts", args.prompts), ("--data-file", args.data_file)):
+        if given and Path(args.out).resolve() == Path(given).resolve():
+            raise ss.SpecstreamError(f"--out must differ from {flag} (rows are appended to --out)")
+    if args.data_file and not args.task:
+        raise ss.SpecstreamError("--data-file goes with --task (the writing tool's data file)")
     output_file(args.out, "--out", parents=True)
     prompts = source_prompts(args)
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)

@@ -326,6 +326,11 @@ def test_distill_reads_prompt_rows_and_names_the_bad_ones(tmp_path, tiny_folders
         'line 3: needs a "prompt" string',
     )
     assert_clean_error(specstream(*argv, "--out", str(prompts)), "--out must differ")
+    assert_clean_error(
+        specstream(*argv, "--data-file", str(prompts), "--out", str(out)), "goes with --task"
+    )
+    task = ["distill", "--task", "sql", "--data-file", str(prompts), "--out", str(prompts)]
+    assert_clean_error(specstream(*task), "--out must differ from --data-file")
     prompts.write_text('{"prompt": "Say hi"}\n')
     proc = specstream(*argv, "--out", str(out), "--max-tokens", "4", "--quiet")
     assert proc.returncode == 0, proc.stderr

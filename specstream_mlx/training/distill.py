@@ -98,11 +98,14 @@ def distill(
     if not todo:
         return stats
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
-    answers = _own_answers if shared else _batched_answers
+    if shared:
+        answers = _own_answers(loaded, todo, max_tokens)
+    else:
+        answers = _batched_answers(loaded, todo, max_tokens, batch_size)
     start = time.perf_counter()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "a", encoding="utf-8") as f:
-        with closing(answers(loaded, todo, max_tokens, batch_size)) as answered:
+        with closing(answers) as answered:
             for item, tokens, capped in answered:
                 row = make_row(loaded.tokenizer, item, tokens, capped)
                 f.write(json.dumps(row) + "\n")
@@ -158,7 +161,7 @@ def _batched_answers(
         gen.close()
 
 
-def _own_answers(loaded, todo: list[Instruction], max_tokens: int, _batch: int) -> Iterator[Answer]:
+def _own_answers(loaded, todo: list[Instruction], max_tokens: int) -> Iterator[Answer]:
     """The greedy answers of `loaded` with its adapter, one prompt at a time, decoded by
     `ss+pld`: exactly the tokens of its plain decoding, sooner."""
     from ..generate import generate
