@@ -130,7 +130,10 @@ def _batched_answers(
     loaded, todo: list[Instruction], max_tokens: int, batch_size: int
 ) -> Iterator[Answer]:
     """The base model's greedy answers, `batch_size` sequences at a time (mlx-lm's
-    BatchGenerator: a finished answer's slot takes the next prompt at once), as they end."""
+    BatchGenerator: a finished answer's slot takes the next prompt at once), as they end. The
+    prompts go in longest first: a prefill batch is padded to its longest prompt, so prompts of
+    like length together halve the prefill of a mixed set such as sql's (short WikiSQL tables,
+    long Spider schemas), and the slowest rows come while the estimate is still rough."""
     from mlx_lm.generate import BatchGenerator
 
     gen = BatchGenerator(
@@ -139,14 +142,15 @@ def _batched_answers(
         completion_batch_size=batch_size,
         prefill_batch_size=min(batch_size, 8),
     )
-    queue, pending = deque(todo), {}  # uid -> (item, answer tokens so far)
+    encoded = [(encode_prompt(loaded, it.prompt), it) for it in todo]
+    queue = deque(sorted(encoded, key=lambda e: -len(e[0])))  # stable: ties keep their order
+    pending = {}  # uid -> (item, answer tokens so far)
     try:
         while queue or pending:
             if queue and len(pending) < 2 * batch_size:  # keep the next slots' prompts ready
                 chunk = [queue.popleft() for _ in range(min(batch_size, len(queue)))]
-                ids = [encode_prompt(loaded, it.prompt) for it in chunk]
-                uids = gen.insert(ids, [max_tokens] * len(chunk))
-                pending.update({u: (it, []) for u, it in zip(uids, chunk, strict=True)})
+                uids = gen.insert([ids for ids, _ in chunk], [max_tokens] * len(chunk))
+                pending.update({u: (it, []) for u, (_, it) in zip(uids, chunk, strict=True)})
             responses = gen.next_generated()
             if not responses and not queue:  # nothing left to decode, answers unfinished
                 raise SpecstreamError(f"the generator stopped with {len(pending)} in flight")
