@@ -118,22 +118,23 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
-    # == The summarize tool learns its own answers (issue 20) ==
+    # == The summarize tool's second round on its own answers (issue 20) ==
     # the shipped summarize's acceptance on items 40-75 on a copy (about 5 min), its quality on
-    # items 0-39 (about 5 min) and its side-by-side bench (about 8 min). Its training (the
-    # tool's own answers, 42 min, and 250 steps, 35 min) replaces the shipped adapter and is not
-    # redone, nor is the gpu1500 row (that adapter is replaced).
-    S="The summarize tool learns its own answers"
+    # items 0-39 (about 5 min) and its side-by-side bench (about 8 min). Its training (two
+    # rounds of the tool's own answers, each about 40 min of distilling and 35 of training)
+    # replaces the shipped adapter and is not redone, nor are the rows of the adapters it
+    # replaced (section "The summarize tool learns its own answers").
+    S="The summarize tool's second round on its own answers"
     step "$S" bash -c "rm -rf runs/own_summarize && mkdir -p runs && cp -r specstream_mlx/adapters/summarize runs/own_summarize"
-    step "$S" into $R/acceptance_summarize_own_items40_75.json ./dev.sh specstream calibrate \
+    step "$S" into $R/acceptance_summarize_own2_items40_75.json ./dev.sh specstream calibrate \
         --adapter runs/own_summarize --measure-acceptance --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
     step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --adapter summarize --methods ar --limit 40 --max-tokens 64 \
-        --json $R/quality_dialogsum_summarize_own.json
+        --json $R/quality_dialogsum_summarize_own2.json
     step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
-        --json $R/bench_dialogsum_summarize_own.json --markdown $R/bench_dialogsum_summarize_own.md
+        --json $R/bench_dialogsum_summarize_own2.json --markdown $R/bench_dialogsum_summarize_own2.md
 
     # == Loops timed at the adapter's depth (issue 18) ==
     # the base model's curve (version 7, about 5 min), then chat and sql side by side (about 20)
