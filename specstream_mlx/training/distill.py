@@ -132,8 +132,8 @@ def _batched_answers(
     """The base model's greedy answers, `batch_size` sequences at a time (mlx-lm's
     BatchGenerator: a finished answer's slot takes the next prompt at once), as they end. The
     prompts go in longest first: a prefill batch is padded to its longest prompt, so prompts of
-    like length together halve the prefill of a mixed set such as sql's (short WikiSQL tables,
-    long Spider schemas), and the slowest rows come while the estimate is still rough."""
+    like length together waste little of it on a mixed set such as sql's (short WikiSQL
+    tables, long Spider schemas), and the slowest rows come while the estimate is still rough."""
     from mlx_lm.generate import BatchGenerator
 
     gen = BatchGenerator(
