@@ -4,7 +4,9 @@ streams drafting a tree: the lookup's chains grafted under the root and past the
 path, `decoding.lookup.lookup_grafter`), `ss+pld` as it ran before (a lookup chain, when the
 context has a match, verified instead of the streams' tree), `ss`, `pld` (the lookup alone)
 and plain decoding (`ar`), interleaved prompt by prompt so that the machine's drift falls on
-all of them alike.
+all of them alike; and `grafted-host`, grafted `ss+pld` with every pass settled on the host (as
+before `decoding.loop.Grafting`, which settles a pass the lookup grafts nothing onto on the
+device).
 
 Prints decode tokens/s per decoder (tokens after each prompt's first pass over the time after
 it, summed over prompts), tau (tokens per pass), nodes per pass, the median per-prompt ratio
@@ -24,6 +26,7 @@ from types import SimpleNamespace
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx import session  # noqa: E402
+from specstream_mlx.decoding import loop  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
@@ -38,22 +41,31 @@ def chains_instead(loaded, dec, tree, sampling):
     return GRAFTED(loaded, dec, tree, SimpleNamespace(greedy=False))
 
 
-METHODS = {
-    "ar": ("ar", GRAFTED),
-    "ss": ("ss", GRAFTED),
-    "pld": ("pld", GRAFTED),
-    "chains": ("ss+pld", chains_instead),
-    "grafted": ("ss+pld", GRAFTED),
+ON_DEVICE = loop.on_device
+
+
+def host_only(dec, state, sampling) -> bool:
+    """A grafting generation's passes all settled on the host."""
+    return dec.graft is None and ON_DEVICE(dec, state, sampling)
+
+
+METHODS = {  # name -> (decoder, how the lookup joins the streams, where passes may settle)
+    "ar": ("ar", GRAFTED, ON_DEVICE),
+    "ss": ("ss", GRAFTED, ON_DEVICE),
+    "pld": ("pld", GRAFTED, ON_DEVICE),
+    "chains": ("ss+pld", chains_instead, ON_DEVICE),
+    "grafted": ("ss+pld", GRAFTED, ON_DEVICE),
+    "grafted-host": ("ss+pld", GRAFTED, host_only),
 }
 
 
 def run(loaded, prompt: list[int], max_tokens: int, method: str):
-    decoder, lookup = METHODS[method]
-    session._with_lookup = lookup
+    decoder, lookup, settles = METHODS[method]
+    session._with_lookup, loop.on_device = lookup, settles
     try:
         return ss.generate(loaded, prompt, max_tokens=max_tokens, decoder=decoder)
     finally:
-        session._with_lookup = GRAFTED
+        session._with_lookup, loop.on_device = GRAFTED, ON_DEVICE
 
 
 def main() -> None:

@@ -118,6 +118,23 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == A faster instance: the writing tools against mlx-lm, and ss+pld's passes on the device (issue 18) ==
+    # the three writing tools side by side with mlx-lm (about 15 min), then grafted ss+pld
+    # with and without device passes, paired on sql and dialogsum (about 10 min). The section's
+    # host-vs-device probe of `ss` and its pass census were throwaway scripts, not rerun.
+    S="A faster instance"
+    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
+        read -r t p a <<< "$suite"
+        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
+            --json $R/bench_${t}_1202.json --markdown $R/bench_${t}_1202.md
+    done
+    for suite in "sql sql/dev.jsonl sql" "dialogsum dialogsum/dev.jsonl summarize"; do
+        read -r t p a <<< "$suite"
+        step "$S" ./dev.sh python benchmarks/grafted_lookup.py --adapter "$a" --suite "$t" \
+            --data "$D/$p" --limit 8 --json $R/grafted_lookup_${t}_1202.json
+    done
+
     # == The summarize tool's second round on its own answers (issue 20) ==
     # the shipped summarize's acceptance on items 40-75 on a copy (about 5 min), its quality on
     # items 0-39 (about 5 min) and its side-by-side bench (about 8 min). Its training (two

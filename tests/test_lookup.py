@@ -3,6 +3,7 @@ shared adapter's model): greedy output equals plain decoding on every family."""
 
 import random
 
+import mlx.core as mx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,11 +27,12 @@ from specstream_mlx.decoding.tree import Tree, draft_tree
 from specstream_mlx.decoding.tree_step import tree_forward
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
+from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.acceptance import Acceptance
 
 from .test_shared import shared_streams
 from .test_speculative import streams_for
-from .test_tuning import flat_curve
+from .test_tuning import flat_curve, oracle_truth
 from .tiny import FAMILIES
 
 # Prompts of a few repeated words: the lookup finds matches.
@@ -224,6 +226,117 @@ def test_grafted_trees_are_verified_and_equal_plain_greedy(
         expect = _paths(tree) | {tuple(copied[:i]) for i in range(len(copied) + 1)}
         expect |= {tuple(path + further[:i]) for i in range(len(further) + 1)}
         assert _paths(grown) == expect
+
+
+@EXAMPLES
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    words=WORDS,
+    shared=st.booleans(),
+    gated=st.booleans(),
+    length=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+)
+def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
+    tiny_models, monkeypatch, family, words, shared, gated, length, seed
+):
+    """On KV buffers, a pass the lookup grafts nothing onto settles on the device (Passes.step)
+    and one it grafts onto on the host (Passes.logits), the caches and the next draft handed
+    over between them: the output stays plain decoding's (a shared model's own, its main
+    stream attending to the streams), for static and confidence-gated trees alike."""
+    loaded = tiny_models[family]
+    make = shared_streams if shared else streams_for
+    params = make(loaded, seed, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    prompt_ids = encode_prompt(loaded, " ".join(words * 3))
+    passes = Passes(arch, params, compiled=False)
+    plain_dec = loop.Decoder(loaded.model, arch, params, TreePolicy(), passes=passes)
+    plain = [t for s in loop.decode(plain_dec, prompt_ids, length) for t in s.tokens]
+    tree = [(0,), (1,), (0, 0)]
+    policy = TreePolicy.gated((0.5,), ([(0,)], tree)) if gated else TreePolicy.static(tree)
+    dec = loop.Decoder(loaded.model, arch, params, policy, passes=passes)
+    grafter = lookup_grafter(GRAFT)
+    grafted = []  # per pass: whether the lookup grafted onto the streams' tree
+
+    def recording(history, tree):
+        grown = grafter(history, tree)
+        grafted.append(len(grown) > len(tree))
+        return grown
+
+    dec.graft = recording
+    ran = _where_passes_run(monkeypatch, passes)
+    tokens = [t for s in loop.decode(dec, prompt_ids, length) for t in s.tokens]
+    assert tokens == plain
+    assert ran == ["host" if g else "device" for g in grafted]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
+def test_grafting_hands_the_oracle_path_between_device_and_host(tiny_models, shared, gated):
+    """Compiled passes drafting the true tokens (every pass after the first accepts the tree's
+    depth and the correction), a wrong chain grafted every other pass: the passes alternate
+    between the device and the host, each taking over the other's caches (the device's last
+    accepted rows included) and next draft (with the bin of a gated tree), and the output is
+    plain decoding's."""
+    loaded = tiny_models["qwen2"]
+    prompt, truth = oracle_truth(loaded, 40)
+    make = shared_streams if shared else streams_for
+    params = make(loaded, 2, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    passes = Passes(arch, params, compiled=True)
+    if shared:  # a shared model's plain decoding: its main stream attends to the streams
+        plain = loop.Decoder(loaded.model, arch, params, TreePolicy(), passes=passes)
+        truth = [t for s in loop.decode(plain, prompt, 40) for t in s.tokens]
+    tree = ((0,), (1,), (0, 0))
+    # gated: one gate every confidence reaches, so every pass drafts the deeper tree
+    policy = TreePolicy.gated((1e-6,), (((0,),), tree)) if gated else TreePolicy.static(tree)
+    dec = loop.Decoder(loaded.model, arch, params, policy, passes=passes)
+    wrong = next(t for t in range(3, 1000) if t not in truth)
+    issued = []
+
+    def every_other(history, tree):
+        issued.append(len(history))
+        return graft(tree, 0, [wrong] * 2) if len(issued) % 2 == 0 else tree
+
+    dec.graft = every_other
+    state = loop.prefilled(dec, prompt)
+    run = loop.Grafting(dec, state, SamplingParams())
+    decided, lengths, on_host = [], [], []
+    while len(decided) < 30:
+        if decided:  # the oracle's draft in place of the streams': the truth at rank 0
+            ahead = [[truth[len(decided) + j], wrong] for j in range(2)]
+            run.host.drafts = ahead
+            state.drafts = mx.array(ahead, dtype=mx.uint32)
+        pending = run.issue()
+        on_host.append(run.on_host)
+        step = run.settle(pending)
+        decided += step.tokens
+        lengths.append(len(step.tokens))
+    assert decided == truth[: len(decided)]
+    assert on_host == [i % 2 == 1 for i in range(len(on_host))]
+    assert lengths[1:] == [3] * (len(lengths) - 1)
+    if not shared:  # the rows before the last pass are plain decoding's (lossless streams)
+        at = len(prompt) - 1 + len(decided) - lengths[-1]
+        ref = loop.make_cache(loaded.model)
+        loaded.model(mx.array((prompt + decided)[:at])[None], cache=ref)
+        for mine, theirs in zip(state.caches, ref, strict=True):
+            assert mx.allclose(mine.keys[..., :at, :], theirs.keys[..., :at, :], atol=1e-4)
+            assert mx.allclose(mine.values[..., :at, :], theirs.values[..., :at, :], atol=1e-4)
+
+
+def _where_passes_run(monkeypatch, passes: Passes) -> list[str]:
+    """Record, per pass of `passes`, whether it settled on the device (a whole greedy step)
+    or ran for the host to read back."""
+    ran = []
+    for name, where in (("step", "device"), ("logits", "host")):
+        method = getattr(passes, name)
+
+        def run(*args, _method=method, _where=where, **kwargs):
+            ran.append(_where)
+            return _method(*args, **kwargs)
+
+        monkeypatch.setattr(passes, name, run)
+    return ran
 
 
 def test_ss_pld_grafts_where_greedy_streams_draft_a_tree(tiny_models):

@@ -135,8 +135,12 @@ class HostRun:
         self.q: list | None = None
 
     def issue(self) -> _HostPass:
+        return self.verify(*self._draft())
+
+    def verify(self, tree: Tree, extra: int = 0, q: list | None = None) -> _HostPass:
+        """Issue the pass over `tree` (`extra`: its nodes drafted from outside the streams; `q`:
+        per depth the distribution its candidates were drawn from)."""
         offset = self.forward.offset()
-        tree, extra, q = self._draft()
         d = self.drafting
         prune = None  # sampling: a cut would depend on the drawn tokens (the cap is breadth-first)
         if self.sampling is None:
@@ -169,13 +173,13 @@ class HostRun:
         if self.sampling is not None:
             tree = cap_breadth_first(draft_tree(self.root, self.drafts), policy.max_nodes)
             return tree, 0, self.q if self.drafts else None
-        tree = self._streams_tree()
+        tree = self.streams_tree()
         if d.graft is None:
             return tree, 0, None
         grafted = d.graft(self.history, tree)
         return grafted, len(grafted) - len(tree), None
 
-    def _streams_tree(self) -> Tree:
+    def streams_tree(self) -> Tree:
         """Greedy: the streams' tree at the last accepted node (the root alone where they
         drafted nothing for this pass)."""
         policy = self.drafting.policy

@@ -15,10 +15,14 @@ two places:
   back, accepted in numpy and the caches compacted to the accepted path: decoding.host's
   framework-free runner over this module's `MlxForward` (the PyTorch path runs the same
   runner over its own tensor forward).
+
+Grafted lookup (`ss+pld`, greedy) moves between the two: a pass the lookup grafts nothing
+onto settles on the device, one it grafts onto on the host (`Grafting`).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -117,22 +121,24 @@ def decode(
     """Yield the tokens each forward pass decides until `max_tokens` are decided."""
     sampling = sampling or SamplingParams()
     state = prefilled(dec, prompt_ids)
-    if on_device(dec, state, sampling):
-        run = OnDevice(dec, state, sampling)
-    else:
+    if not on_device(dec, state, sampling):
         run = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
+    elif dec.graft is not None:
+        run = Grafting(dec, state, sampling)
+    else:
+        run = OnDevice(dec, state, sampling)
     yield from drive(run, max_tokens)
 
 
 def on_device(dec: Decoder, state: State, sampling: SamplingParams) -> bool:
-    """Whether every pass can settle on the device: nothing drafted from outside, a tree that
-    is never cut, greedy unless nothing is drafted, plain KV buffers."""
+    """Whether passes can settle on the device: nothing drafted from outside, a tree that is
+    never cut, greedy unless nothing is drafted, plain KV buffers. (A grafting generation's
+    passes settle there only while the lookup grafts nothing: `Grafting`.)"""
     plain = dec.policy.depth == 0 or dec.streams is None
     static = plain or dec.policy.static_trees() is not None
     return (
         dec.passes is not None
         and dec.drafter is None
-        and dec.graft is None
         and dec.override is None
         and dec.probe is None
         and static
@@ -232,6 +238,68 @@ class OnDevice:
         self.state.history.extend(tokens)
         self.state.bound -= pending.raised - count  # the bound, now that the count is known
         return Step(tokens, pending.nodes, pending.nodes)
+
+
+class Grafting:
+    """Greedy passes of a static tree with prompt lookup's chains grafted on (`ss+pld`): each
+    pass settles on the device (OnDevice) while the lookup grafts nothing onto the streams'
+    tree, and on the host (HostRun) when it does, the caches and the next draft handed over
+    between them. Not pipelined: whether a pass grafts depends on the last one's tokens."""
+
+    pipelined = False
+
+    def __init__(self, dec: Decoder, state: State, sampling: SamplingParams):
+        self.state, self.graft, self.gates = state, dec.graft, dec.policy.gates
+        self.device = OnDevice(dec, state, sampling)
+        self.root_alone = self.device.first  # the device's pass when nothing is drafted yet
+        self.host = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
+        self.on_host = False
+
+    def issue(self):
+        tree = self.host.streams_tree()
+        grafted = self.graft(self.state.history, tree)
+        if len(grafted) == len(tree):
+            if self.on_host:
+                self._to_device()
+            return self.device.issue()
+        if not self.on_host:
+            self._to_host()
+        return self.host.verify(grafted, len(grafted) - len(tree))
+
+    def settle(self, pending) -> Step:
+        if not isinstance(pending, _Pending):
+            return self.host.settle(pending)
+        step = self.device.settle(pending)
+        host, state = self.host, self.state  # the next draft, where the host can graft onto it
+        host.root, host.drafts = state.history[-1], state.drafts.tolist()
+        if self.gates:  # a confidence in the bin the device found
+            level = state.level.item()
+            host.confidence = self.gates[level - 1] if level else 0.0
+        return step
+
+    def _to_host(self) -> None:
+        """The device's caches as the host keeps them: the last pass's accepted rows written
+        into the buffers, the offset settled."""
+        state = self.state
+        state.kept.commit(state.caches)
+        for cache in state.caches:
+            cache.offset = state.bound  # exact: no pass is in flight
+        self.on_host = True
+
+    def _to_device(self) -> None:
+        """The host's caches and next draft as the device's state."""
+        state, host, device = self.state, self.host, self.device
+        offset = state.caches[0].offset
+        state.root = mx.array(host.root, dtype=mx.uint32)
+        state.offset, state.bound = mx.array(offset, dtype=mx.int32), offset
+        state.kept = Kept.nothing(state.caches, state.offset, state.kept.rows[0].shape[2])
+        depth, k = device.draft
+        device.first = None if host.drafts else self.root_alone
+        if host.drafts:
+            state.drafts = mx.array([c[:k] for c in host.drafts[:depth]], dtype=mx.uint32)
+        if self.gates:
+            state.level = mx.array(bisect.bisect_right(self.gates, host.confidence))
+        self.on_host = False
 
 
 class MlxForward:

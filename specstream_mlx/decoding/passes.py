@@ -81,6 +81,10 @@ class Kept:
         pairs = zip(states, self.rows, strict=True)
         return [mx.slice_update(x, r, start, axes=(2,)) for x, r in pairs]
 
+    def commit(self, caches: list) -> None:
+        """Write these rows into the caches' buffers for good (the host takes them over)."""
+        _put(caches, self.write(_states(caches)))
+
 
 def reserve(caches: list, end: int) -> int:
     """Grow every cache's buffer to a multiple of CAPACITY_STEP holding `end` rows (an upper
