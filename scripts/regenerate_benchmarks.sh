@@ -118,6 +118,16 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
 steps() {
     local S B MEM AB t p
 
+    # == Qwen2.5-Coder-0.5B on the faster instance (issue 19) ==
+    # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 12 min)
+    S="Qwen2.5-Coder-0.5B on the faster instance"
+    step "$S" into $R/calibration_qwen_sql_intel_1202.json env SPECSTREAM_CACHE="$QC" ./dev.sh \
+        specstream calibrate --model "$QWEN" --adapter sql --force --json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_1202.json \
+        --markdown $R/bench_qwen_sql_intel_1202.md
+
     # == A faster instance: the writing tools against mlx-lm, and ss+pld's passes on the device (issue 18) ==
     # the three writing tools side by side with mlx-lm (about 15 min), then grafted ss+pld
     # with and without device passes, paired on sql and dialogsum (about 10 min). The section's
