@@ -33,7 +33,7 @@ from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
-from specstream_mlx.streams.adapter_io import SHIPPED_DIR, load_adapter, save_adapter
+from specstream_mlx.streams.adapter_io import SHIPPED_DIR, attach, load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.lora import apply_lora, remove_lora
 from specstream_mlx.streams.params import StreamParams
@@ -390,7 +390,7 @@ def test_default_model_with_shipped_adapter_agrees(default_pair, adapter):
         assert [s.tokens for s in m] == [s.tokens for s in t]
         assert sum(len(s.tokens) for s in t) / len(t) > 1  # drafts were accepted
     finally:
-        remove_lora(loaded.model)
+        attach(None, loaded)  # the untouched base: the session's model
         from convert.torch_adapter import remove_lora as remove_torch_lora
 
         remove_torch_lora(base)
