@@ -644,6 +644,8 @@ fi
 #   nor "The fourth chat round ships" (its round: 2 hours here; the scoring commands are in
 #   BENCHMARKS.md), nor the msa_micro / pass_probe probes of "Loops timed at the adapter's
 #   depth" (/work/runs/s40, not kept).
+# - "The summarize tool's third round on its own answers": its adapter (../runs/s44/sum3, about
+#   an hour and a half to remake with the section's command) was not shipped nor kept.
 # - Issue 7's CUDA figures: need a lent GPU (scripts/cuda_validate.sh prepare, one device call
 #   per part runs/cuda1..N, the last running `run ADAPTER SUITE`; BENCHMARKS's PyTorch section
 #   names each lease's commands). Likewise every "not measured" Apple Silicon remark.
