@@ -113,20 +113,25 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
         --json $R/bench_${name}_sql.json --markdown $R/bench_${name}_sql.md
 }
 
+qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min), then the
+    # sql dev set side by side (16 prompts x 64 tokens, 12-15 min), into
+    # $R/calibration_qwen_sql_intel_DAY.json and $R/bench_qwen_sql_intel_DAY.{json,md}
+    local section=$1 day=$2
+    step "$section" into $R/calibration_qwen_sql_intel_$day.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter sql --force --json
+    step "$section" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" \
+        --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_$day.json \
+        --markdown $R/bench_qwen_sql_intel_$day.md
+}
+
 # ---- the steps, in the order of docs/BENCHMARKS.md --------------------------------------------
 
 steps() {
     local S B MEM AB t p
 
     # == Qwen2.5-Coder-0.5B on the faster instance (issue 19) ==
-    # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 12 min)
-    S="Qwen2.5-Coder-0.5B on the faster instance"
-    step "$S" into $R/calibration_qwen_sql_intel_1202.json env SPECSTREAM_CACHE="$QC" ./dev.sh \
-        specstream calibrate --model "$QWEN" --adapter sql --force --json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
-        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
-        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_1202.json \
-        --markdown $R/bench_qwen_sql_intel_1202.md
+    qwen_sql "Qwen2.5-Coder-0.5B on the faster instance" 1202
 
     # == A faster instance: the writing tools against mlx-lm, and ss+pld's passes on the device (issue 18) ==
     # the three writing tools side by side with mlx-lm (about 15 min), then grafted ss+pld
@@ -186,14 +191,7 @@ steps() {
     step "$S" ./dev.sh python benchmarks/msa_depth.py --json $R/msa_depth_intel_1201.json
 
     # == Qwen2.5-Coder-0.5B on today's loop and instance (issue 19) ==
-    # Qwen's curve measured afresh (about 9 min), then the sql dev set side by side (about 15 min)
-    S="Qwen2.5-Coder-0.5B on today's loop and instance"
-    step "$S" into $R/calibration_qwen_sql_intel_1201.json env SPECSTREAM_CACHE="$QC" ./dev.sh \
-        specstream calibrate --model "$QWEN" --adapter sql --force --json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
-        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
-        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_1201.json \
-        --markdown $R/bench_qwen_sql_intel_1201.md
+    qwen_sql "Qwen2.5-Coder-0.5B on today's loop and instance" 1201
 
     # == The chat mix on both shards (issues 20 and 18) ==
     # the shipped chat side by side with mlx-lm on the chat suite (about 6 min); its training
