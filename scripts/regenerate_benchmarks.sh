@@ -128,7 +128,7 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 # ---- the steps, in the order of docs/BENCHMARKS.md --------------------------------------------
 
 steps() {
-    local S B MEM AB t p
+    local S B MEM AB t p a
 
     # == Qwen2.5-Coder-0.5B on the faster instance (issue 19) ==
     qwen_sql "Qwen2.5-Coder-0.5B on the faster instance" 1202
