@@ -153,6 +153,18 @@ def test_the_grafter_keeps_a_node_only_where_it_pays():
     assert lookup_grafter(GRAFT, tenth)(history, streams).tokens == [6, 3, 7]
 
 
+def test_a_node_costs_the_mean_step_to_the_largest_pass_not_the_curves_local_step():
+    # a curve whose 3rd and 4th sizes were pooled into one level: locally the 4th node is free
+    costs = LookupCosts((10.0, 12.0, 20.0, 20.0, 28.0, 30.0), 1.0, 10.0)
+    assert costs.node_ms(3) == pytest.approx((30.0 - 20.0) / 3)
+    assert costs.node_ms(1) == pytest.approx((30.0 - 10.0) / 5)
+    assert costs.node_ms(5) == pytest.approx(2.0)  # the last step, and past it
+    assert costs.node_ms(8) == pytest.approx(2.0)
+    gate = LookupGate(costs, 3)
+    # a node reached 30% of the time pays for 3 ms of a 10 ms pass deciding one token, not 3.4
+    assert gate.worth(0.34, 3) and not gate.worth(0.3, 3)
+
+
 def test_a_chain_past_the_streams_path_also_needs_that_path_right():
     history = [6, 3, 8, 9, 1, 2, 5, 6, 7, 0, 5, 6]
     streams = draft_tree(6, [[3]])  # history + [3] ends in (6, 3): 8, 9, 1, 2 followed it

@@ -345,6 +345,21 @@ def test_top_k_tokens_best_first():
     assert top_k_tokens(logits, 1) == [[1], [0]]
 
 
+@pytest.mark.parametrize("vocab", [49152, 1280, 1000])
+def test_top_k_over_blocks_equals_a_full_sort(vocab):
+    """Large vocabularies go through the blocks' maxima: the same ids, best first, as sorting
+    every column, also where the k best share a block or sit in the last one."""
+    from specstream_mlx.decoding.passes import top_k_ids
+
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(3, 2, vocab)).astype(np.float32)
+    logits[0, 0, 130:134] = [9.0, 8.0, 7.0, 6.0]  # the 4 best in one block of 128
+    logits[1, 1, -3:] = [7.0, 9.0, 8.0]  # the best in the last block
+    for k in (2, 3, 5):
+        expected = np.argsort(-logits, axis=-1, kind="stable")[..., :k]
+        assert top_k_ids(mx.array(logits), k).tolist() == expected.tolist()
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_msa_mask_semantics(shared):
     from specstream_mlx.decoding.tree_step import _msa_mask

@@ -79,6 +79,17 @@ class LookupCosts:
             return ms[nodes - 1]
         return ms[last] + (nodes - 1 - last) * (ms[last] - ms[max(last - 1, 0)])
 
+    def node_ms(self, nodes: int) -> float:
+        """What one more node costs a pass of `nodes` nodes: the mean step from there to the
+        largest pass priced (`chain_ms`'s last), not the curve's local step. The curve's
+        steps are noisy (two sizes pooled into one level price a node at nothing: the
+        dev CPU's 6 to 8 nodes, 2.7 ms a node where its passes took ~23; docs/BENCHMARKS.md,
+        "A memory-starved instance"), and a grafted chain grows the pass several nodes at once."""
+        top = len(self.chain_ms)
+        if nodes + 1 >= top:
+            return self.nodes_ms(nodes + 1) - self.nodes_ms(nodes)
+        return (self.chain_ms[-1] - self.nodes_ms(nodes)) / (top - nodes)
+
 
 class LookupGate:
     """How often the lookup's drafts turn out right in this generation, and the chain length
@@ -171,8 +182,7 @@ class LookupGate:
         streams' tree: fallback_tokens per fallback_ms)."""
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
-        grown = costs.nodes_ms(nodes + 1) - costs.nodes_ms(nodes)
-        return reach * fallback_ms >= costs.fallback_tokens * grown
+        return reach * fallback_ms >= costs.fallback_tokens * costs.node_ms(nodes)
 
 
 def graft(tree: Tree, at: int, tokens: list[int], keep=None) -> Tree:

@@ -335,13 +335,37 @@ def confidence_level(logits: mx.array, gates: mx.array) -> mx.array:
     return mx.sum(confidence(logits) >= gates)
 
 
+TOP_K_BLOCK = 128  # vocabulary columns per block in top_k_ids
+
+
 def top_k_ids(logits: mx.array, k: int) -> mx.array:
-    """(..., V) logits -> (..., k) best token ids per row, best first (argpartition: O(V))."""
+    """(..., V) logits -> (..., k) best token ids per row, best first. Over a large vocabulary,
+    in two rounds: the k blocks of TOP_K_BLOCK columns with the highest maxima hold the k best
+    tokens, so only their k * TOP_K_BLOCK columns are partitioned (an argpartition over V
+    costs ~3.4 ms a node's 4 streams on the dev CPU, this ~0.4: a host-settled pass reads
+    every node's)."""
     if k == 1:
         return mx.argmax(logits, axis=-1, keepdims=True)
+    *lead, v = logits.shape
+    if v % TOP_K_BLOCK or v // TOP_K_BLOCK < 4 * k:
+        return _top_k(logits, None, k)
+    blocks = logits.reshape(*lead, v // TOP_K_BLOCK, TOP_K_BLOCK)
+    best = _top_k(mx.max(blocks, axis=-1), None, k)  # (..., k) block indices
+    columns = mx.take_along_axis(blocks, best[..., None], axis=-2).reshape(*lead, -1)
+    ids = (best[..., None] * TOP_K_BLOCK + mx.arange(TOP_K_BLOCK, dtype=mx.uint32)).reshape(
+        *lead, -1
+    )
+    return _top_k(columns, ids, k)
+
+
+def _top_k(logits: mx.array, ids: mx.array | None, k: int) -> mx.array:
+    """The `ids` (None: the positions) of each row's k largest `logits`, largest first."""
     top = mx.argpartition(-logits, k - 1, axis=-1)[..., :k]  # unordered
     order = mx.argsort(-mx.take_along_axis(logits, top, axis=-1), axis=-1)
-    return mx.take_along_axis(top, order, axis=-1)
+    top = mx.take_along_axis(top, order, axis=-1)
+    if ids is None:
+        return top
+    return mx.take_along_axis(mx.broadcast_to(ids, logits.shape), top, axis=-1)
 
 
 def _states(caches: list) -> list[mx.array]:
