@@ -342,7 +342,7 @@ def top_k_ids(logits: mx.array, k: int) -> mx.array:
     """(..., V) logits -> (..., k) best token ids per row, best first. Over a large vocabulary,
     in two rounds: the k blocks of TOP_K_BLOCK columns with the highest maxima hold the k best
     tokens, so only their k * TOP_K_BLOCK columns are partitioned (an argpartition over V
-    costs ~3.4 ms a node's 4 streams on the dev CPU, this ~0.4: a host-settled pass reads
+    costs ~3.4 ms a node's 4 streams on the dev CPU, this 0.4-0.7: a host-settled pass reads
     every node's)."""
     if k == 1:
         return mx.argmax(logits, axis=-1, keepdims=True)
