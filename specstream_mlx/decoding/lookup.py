@@ -82,8 +82,8 @@ class LookupCosts:
     def node_ms(self, nodes: int) -> float:
         """What one more node costs a pass of `nodes` nodes: the mean step from there to the
         largest pass priced (`chain_ms`'s last), not the curve's local step. The curve's
-        steps are noisy (two sizes pooled into one level price a node at nothing: the
-        dev CPU's 6 to 8 nodes, 2.7 ms a node where its passes took ~23; docs/BENCHMARKS.md,
+        steps are noisy (two sizes pooled into one level price a node at almost nothing: the
+        dev CPU's 6 to 8 nodes, 9-10 ms a node where its passes grew ~23; docs/BENCHMARKS.md,
         "A memory-starved instance"), and a grafted chain grows the pass several nodes at once."""
         top = len(self.chain_ms)
         if nodes + 1 >= top:
