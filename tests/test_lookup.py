@@ -15,7 +15,6 @@ from specstream_mlx.decoding.lookup import (
     LookupConfig,
     LookupCosts,
     LookupGate,
-    LookupRates,
     deepest_path,
     graft,
     lookup_draft,
@@ -119,7 +118,7 @@ def test_a_graft_shares_the_nodes_the_tree_has():
     assert _paths(grown) == _paths(tree) | {(1, 3, 4), (1, 3, 4, 5)}
     assert grown.parents[len(tree)] == 3 and grown.depths[-2:] == [3, 4]
     # a keep rule that declines the second new node stops the chain there
-    cut = graft(tree, 0, [2, 7, 8], keep=lambda k, nodes: k < 1)
+    cut = graft(tree, 0, [2, 7, 8], keep=lambda i, nodes: i < 2)
     assert _paths(cut) == _paths(tree) | {(2, 7)}
     assert deepest_path(grown) == (len(grown) - 1, [1, 3, 4, 5])
     assert deepest_path(Tree([9], [-1], [0])) == (0, [])
@@ -189,52 +188,6 @@ def test_the_gate_scores_the_streams_deepest_path_once_the_text_settles_it():
     gate.note([7, 8, 1, 3], [], 0, path=[4])
     gate.observe([7, 8, 1, 3, 4])  # right; the wrong one has faded by 0.9 a pass, twice
     assert gate.path_rate() == pytest.approx(2 / 3.81)
-
-
-def test_the_gate_scores_a_chain_only_where_the_text_took_the_path_to_it():
-    # a chain watched after the path [1, 2]: scored once the text has taken the path, never
-    # where the text left it
-    gate = LookupGate(LookupCosts((10.0, 11.0)), 3)
-    gate.watch(4, [5, 6], 3, after=[1, 2])
-    gate.observe([7, 8, 1, 2])  # the path right, the chain not reached yet
-    assert gate.rates(3)[0] == 0.5
-    gate.observe([7, 8, 1, 2, 5])  # its first draft right
-    assert gate.first[3] == pytest.approx([1.0, 0.0])
-    gate.observe([7, 8, 1, 2, 5, 9])  # its second wrong
-    assert gate.next == pytest.approx([0.0, 1.0])
-    left = LookupGate(LookupCosts((10.0, 11.0)), 3)
-    left.watch(4, [5, 6], 3, after=[1, 2])
-    left.observe([7, 8, 1, 3, 5, 6])  # the path wrong: its chain's tokens say nothing
-    assert left.first[3] == [0.0, 0.0] and left.next == [0.0, 0.0] and not left.pending
-
-
-def test_a_gate_starts_from_the_evidence_an_earlier_one_gathered():
-    rates = LookupRates.none(3)
-    first = LookupGate(LookupCosts((10.0, 11.0)), 3, rates)
-    first.watch(2, [5, 6], 3, after=[])
-    first.observe([7, 8, 5, 6])
-    later = LookupGate(LookupCosts((10.0, 11.0)), 3, rates)
-    assert later.rates(3)[0] == pytest.approx(1.5 / 2) and not later.pending
-    assert LookupGate(LookupCosts((10.0, 11.0)), 3).rates(3)[0] == 0.5  # a gate of its own
-
-
-def test_the_grafter_scores_only_the_drafts_a_chain_adds_to_the_tree(monkeypatch):
-    # the lookup's chain after (5, 6) is [7, 8, 9, 1]; the streams drafted 7 already, so the
-    # gate watches [8, 9, 1] after [7]; past the streams' path [7] the chain after (6, 7) is
-    # [8, 9, 1, 2], which the root chain's graft now spells as far as [8, 9, 1]: [2] is new
-    history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]
-    made, init = [], LookupGate.__init__
-
-    def spy(self, *args):
-        init(self, *args)
-        made.append(self)
-
-    monkeypatch.setattr(LookupGate, "__init__", spy)
-    cheap = LookupCosts(tuple(10.0 + 0.1 * n for n in range(12)), 1.0, 10.0)
-    grown = lookup_grafter(GRAFT, cheap)(history, draft_tree(6, [[7]]))
-    watched = [(p.start, p.tokens, p.after) for p in made[0].pending]
-    assert watched == [(13, [8, 9, 1], (7,)), (16, [2], (7, 8, 9, 1))]
-    assert grown.tokens == [6, 7, 8, 9, 1, 2]
 
 
 @EXAMPLES
@@ -448,17 +401,11 @@ def test_ss_pld_gated_against_the_calibrated_tree_equals_plain_greedy(tiny_model
     try:
         loaded.latency_curve = flat_curve(loaded, per_row=0.01)
         both = ss.generate(loaded, prompt, max_tokens=16, decoder="ss+pld", streams=params)
-        kept, rates = loaded.lookup_rates[id(params)]
-        seen = sum(rates.path)
-        again = ss.generate(loaded, prompt, max_tokens=16, decoder="ss+pld", streams=params)
     finally:
         loaded.latency_curve = None
-    assert both.token_ids == plain.token_ids == again.token_ids
+    assert both.token_ids == plain.token_ids
     assert both.stats.tree["source"] == "calibrated" and both.stats.tree["lookup_gated"]
     assert both.stats.tree["lookup"] == "grafted"
-    # the gate's evidence outlives the generation, and the next one adds to it
-    assert kept is params and seen > 0
-    assert loaded.lookup_rates[id(params)][1] is rates and sum(rates.path) != seen
 
 
 @EXAMPLES

@@ -10,7 +10,7 @@ a copied run can be accepted past the streams' depth in the same pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,7 +59,6 @@ class _Proposal:
     tokens: list[int]
     n: int  # the length of the n-gram it followed
     scored: int = 0  # tokens already scored against the decoded text
-    after: tuple[int, ...] = ()  # the path it follows: scored only where the text took it
 
 
 @dataclass(frozen=True)
@@ -92,48 +91,30 @@ class LookupCosts:
         return (self.chain_ms[-1] - self.nodes_ms(nodes)) / (top - nodes)
 
 
-@dataclass
-class LookupRates:
-    """The evidence a `LookupGate` has gathered, as pseudo-counts [right, wrong] fading by
-    `LookupGate.DECAY` a pass: the first draft's per length of the matched n-gram, the next
-    drafts' and the streams' deepest path's. Kept beyond a generation (per model and streams,
-    session.py), so the next one starts from what the last learned instead of the priors: a
-    short answer holds too few chains to learn from (sql: 2-3 grafted chains past the streams'
-    path a generation)."""
-
-    first: list[list[float]]
-    next: list[float]
-    path: list[float]
-
-    @classmethod
-    def none(cls, ngram_max: int) -> LookupRates:
-        return cls([[0.0, 0.0] for _ in range(ngram_max + 1)], [0.0, 0.0], [0.0, 0.0])
-
-
 class LookupGate:
-    """How often the lookup's drafts turn out right, and the chain length expected to decide
-    the most tokens per ms. Two rates: the first draft's, per length of the matched n-gram (a
-    3-gram match is right far more often than a 1-gram one: 0.75-0.87 against 0.18-0.40 on
-    the chat and sql suites), and the next drafts' once the ones before were right (0.6-0.9
-    whatever the n-gram: one rate). Every proposal is scored against the text decoded after it,
-    token by token as the text arrives, drafted or not (greedy decoding keeps exactly the
-    drafts that match it), so a lookup the gate stopped drafting is still watched and drafts
+    """How often the lookup's drafts turn out right in this generation, and the chain length
+    expected to decide the most tokens per ms. Two rates: the first draft's, per length of the
+    matched n-gram (a 3-gram match is right far more often than a 1-gram one: 0.75-0.87 against
+    0.18-0.40 on the chat and sql suites), and the next drafts' once the ones before were right
+    (0.6-0.9 whatever the n-gram: one rate). Every proposal is scored against the text decoded
+    after it, token by token as the text arrives, drafted or not (greedy decoding keeps exactly
+    the drafts that match it), so a lookup the gate stopped drafting is still watched and drafts
     again once its proposals match. Older evidence fades by `DECAY` per pass, over fixed priors
-    (`FIRST`, `NEXT`: pseudo-counts of right and wrong); the evidence (`LookupRates`) may come
-    from earlier generations. Grafting onto the streams' tree, it also scores the streams'
-    deepest path (all right or not: `PATH`), which a chain grafted past it needs, and a grafted
-    chain only from its first node new to the tree, where the path to it was right."""
+    (`FIRST`, `NEXT`: pseudo-counts of right and wrong). Grafting onto the streams' tree, it
+    also scores the streams' deepest path (all right or not: `PATH`), which a chain grafted
+    past it needs."""
 
     DECAY = 0.9
     FIRST = (0.5, 0.5)
     NEXT = (1.5, 0.5)
     PATH = (1.0, 1.0)
 
-    def __init__(self, costs: LookupCosts, ngram_max: int, rates: LookupRates | None = None):
+    def __init__(self, costs: LookupCosts, ngram_max: int):
         self.costs = costs
-        rates = rates or LookupRates.none(ngram_max)
-        self.first, self.next, self.path = rates.first, rates.next, rates.path  # shared lists
+        self.first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [n] -> [right, wrong]
+        self.next = [0.0, 0.0]
         self.pending: list[_Proposal] = []  # not yet settled by the decoded text
+        self.path = [0.0, 0.0]  # the streams' deepest paths: [right, wrong]
         self.paths: list[tuple[int, list[int]]] = []  # (start, tokens), not yet settled
 
     def rates(self, n: int) -> tuple[float, float]:
@@ -158,12 +139,6 @@ class LookupGate:
         self.paths = [(i, t) for i, t in self.paths if i + len(t) > len(history)]
         waiting = []
         for p in self.pending:
-            before = history[p.start - len(p.after) : p.start] if p.after else []
-            if len(before) < len(p.after):  # its path not settled yet
-                waiting.append(p)
-                continue
-            if before != list(p.after):  # the path it follows was wrong: it says nothing
-                continue
             seen = history[p.start : p.start + len(p.tokens)]
             for j in range(p.scored, len(seen)):
                 right = seen[j] == p.tokens[j]
@@ -172,7 +147,7 @@ class LookupGate:
                     break
             else:
                 if len(seen) < len(p.tokens):  # right so far: more text will tell
-                    waiting.append(replace(p, scored=len(seen)))
+                    waiting.append(_Proposal(p.start, p.tokens, p.n, len(seen)))
         self.pending = waiting
 
     def note(self, history: list[int], proposal: list[int], n: int, path=()) -> None:
@@ -184,13 +159,6 @@ class LookupGate:
             self.pending.append(_Proposal(len(history), list(proposal), n))
         if path:
             self.paths.append((len(history), list(path)))
-
-    def watch(self, start: int, chain: list[int], n: int, after: list[int]) -> None:
-        """Keep `chain` (drafts for the text from `start` on, following an n-gram match) to
-        score later, only where the text holds `after` just before `start`: a grafted chain
-        from its first node new to the tree, after the path to it."""
-        if chain:
-            self.pending.append(_Proposal(start, list(chain), n, after=tuple(after)))
 
     def choose(self, history: list[int], proposal: list[int], n: int) -> int:
         """`note` the proposal, and return how many of it to verify: the L with the most
@@ -219,31 +187,23 @@ class LookupGate:
 
 def graft(tree: Tree, at: int, tokens: list[int], keep=None) -> Tree:
     """`tree` with the chain `tokens` under node `at`, sharing the nodes it already has there;
-    `keep(k, nodes)` (k: the new nodes before this one, the tree's size) stops the chain at the
+    `keep(depth, nodes)` (depth in the chain from 0, the tree's size) stops the chain at the
     first new node it declines."""
     tokens_, parents, depths = list(tree.tokens), list(tree.parents), list(tree.depths)
-    shared = chain_in(tree, at, tokens)
-    node = shared[-1] if shared else at
-    for k, token in enumerate(tokens[len(shared) :]):
-        if keep is not None and not keep(k, len(tokens_)):
-            break
-        tokens_.append(token)
-        parents.append(node)
-        depths.append(depths[node] + 1)
-        node = len(tokens_) - 1
+    node = at
+    for i, token in enumerate(tokens):
+        child = next(
+            (c for c in range(len(tokens_)) if parents[c] == node and tokens_[c] == token), None
+        )
+        if child is None:
+            if keep is not None and not keep(i, len(tokens_)):
+                break
+            child = len(tokens_)
+            tokens_.append(token)
+            parents.append(node)
+            depths.append(depths[node] + 1)
+        node = child
     return Tree(tokens_, parents, depths)
-
-
-def chain_in(tree: Tree, at: int, tokens: list[int]) -> list[int]:
-    """The nodes of `tree` that spell the start of `tokens` under node `at`."""
-    nodes, node = [], at
-    for token in tokens:
-        children = (c for c in range(len(tree)) if tree.parents[c] == node)
-        node = next((c for c in children if tree.tokens[c] == token), None)
-        if node is None:
-            break
-        nodes.append(node)
-    return nodes
 
 
 def deepest_path(tree: Tree) -> tuple[int, list[int]]:
@@ -257,16 +217,13 @@ def deepest_path(tree: Tree) -> tuple[int, list[int]]:
     return node, path[::-1]
 
 
-def lookup_grafter(
-    config: LookupConfig = GRAFT, costs: LookupCosts | None = None, rates: LookupRates | None = None
-) -> Grafter:
+def lookup_grafter(config: LookupConfig = GRAFT, costs: LookupCosts | None = None) -> Grafter:
     """Prompt lookup grafted onto the streams' tree, for one generation: the chain after the
     context's last n-gram under the root, the chain after the context extended by the tree's
     deepest path under its deepest node. Each new node is kept while a `LookupGate` over
     `costs` expects it to pay (the chance of reaching it, from the lookup's measured rates and,
-    past the streams' path, how often that path was right; from `rates` on, the evidence of
-    earlier generations, which it goes on updating); costs=None grafts whole chains."""
-    gate = None if costs is None else LookupGate(costs, config.ngram_max, rates)
+    past the streams' path, how often that path was right); costs=None grafts whole chains."""
+    gate = None if costs is None else LookupGate(costs, config.ngram_max)
 
     def grafted(history: list[int], tree: Tree) -> Tree:
         proposal, n = lookup_match(history, config)
@@ -274,30 +231,18 @@ def lookup_grafter(
         further, m = lookup_match(history + path, config) if path else ([], 0)
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further)
-        gate.note(history, [], 0, path)
-        _watch(gate, history, tree, 0, [], proposal, n)
+        gate.note(history, proposal, n, path)
         out = graft(tree, 0, proposal, _keep(gate, n))
-        _watch(gate, history, out, deepest, path, further, m)
         return graft(out, deepest, further, _keep(gate, m, gate.path_rate()))
 
     return grafted
 
 
-def _watch(gate: LookupGate, history, tree: Tree, at: int, path, chain, n: int) -> None:
-    """Have `gate` score the part of `chain` (grafted under node `at`, whose `path` leads to
-    it) that is new to `tree`: the drafts it shares with the streams' are right far more
-    often than the ones it adds, and only the ones it adds cost the pass anything."""
-    shared = len(chain_in(tree, at, chain))
-    start = len(history) + len(path) + shared
-    gate.watch(start, chain[shared:], n, [*path, *chain[:shared]])
-
-
 def _keep(gate: LookupGate, n: int, reach: float = 1.0):
     """The gate's rule for a chain following an n-gram match from a node reached with
-    probability `reach`: its k-th new node is reached with probability reach * first *
-    later^k (the drafts it shares with the tree before it taken as right)."""
+    probability `reach`: its i-th token is reached with probability reach * first * later^i."""
     first, later = gate.rates(n)
-    return lambda k, nodes: gate.worth(reach * first * later**k, nodes)
+    return lambda i, nodes: gate.worth(reach * first * later**i, nodes)
 
 
 def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
