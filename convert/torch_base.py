@@ -1,5 +1,6 @@
 """Loading a base model on the torch side: the default model (dequantized from the same GGUF the
-MLX runtime reads), any `.gguf` file, or a Hugging Face folder or hub id. The GGUF goes through
+MLX runtime reads), a packaged model by name (`qwen2.5-coder-0.5b-instruct`, from its assembled
+GGUF), any `.gguf` file, or a Hugging Face folder or hub id. The GGUF goes through
 transformers' own GGUF loader, which dequantizes in float32 as llama.cpp does (and as the MLX
 loader does since it casts the scales first), so both sides run bit-identical weights."""
 
@@ -15,7 +16,7 @@ from specstream_mlx.chat_safety import encode_chat
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.models.gguf_meta import read_metadata
 from specstream_mlx.models.gguf_tokenizer import gguf_tokenizer
-from specstream_mlx.models.packaged import DEFAULT_MODEL, default_gguf_path
+from specstream_mlx.models.packaged import DEFAULT_MODEL, MODELS, default_gguf_path, packaged_gguf
 from specstream_mlx.streams.fingerprint import fingerprint
 
 # Families whose attention block has separate q/k/v/o projections and a gated MLP (optionally
@@ -115,6 +116,9 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
     kwargs = {}
     if name in (None, "", "default", DEFAULT_MODEL):
         gguf = default_gguf_path()
+        folder, kwargs = gguf.parent, {"gguf_file": gguf.name}
+    elif name in MODELS:  # a packaged model by name (`qwen2.5-coder-0.5b-instruct`)
+        gguf = packaged_gguf(name)
         folder, kwargs = gguf.parent, {"gguf_file": gguf.name}
     else:
         path = Path(name).expanduser()

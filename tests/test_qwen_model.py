@@ -153,3 +153,26 @@ def test_its_shipped_sql_streams_decode_exactly(qwen):
         assert out.token_ids == plain.token_ids, decoder
         if decoder == "ss":
             assert out.stats.forward_passes < plain.stats.forward_passes
+
+
+def test_the_torch_path_loads_it_by_name(qwen):
+    """`convert.torch_train --model qwen2.5-coder-0.5b-instruct` (training its streams on a GPU):
+    the torch path reads the same assembled GGUF by name, fingerprints it as the MLX runtime
+    does (so adapters trained there load here) and gives the same chat ids and logits."""
+    pytest.importorskip("torch")
+    import mlx.core as mx
+    import numpy as np
+    import torch
+
+    from convert.torch_base import load_base
+    from specstream_mlx.streams.adapter_io import base_fingerprint
+
+    base = load_base(NAME)
+    assert base.name == NAME and base.fingerprint() == base_fingerprint(qwen)
+    ids = encode_prompt(qwen, PROMPTS[0])
+    assert base.encode_chat(PROMPTS[0]) == ids
+    ours = np.array(qwen.model(mx.array(ids)[None])[0, -4:])
+    with torch.inference_mode():
+        theirs = base.model(torch.tensor([ids])).logits[0, -4:].numpy()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    assert np.abs(ours - theirs).max() < 1e-3 * np.abs(theirs).max()
