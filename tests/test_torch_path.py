@@ -897,8 +897,9 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
 
 def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data):
     """`--init FOLDER` starts from an adapter's streams and LoRA (a PyTorch folder or its MLX
-    conversion): at learning rate 0 the run writes them back unchanged; an adapter of other
-    settings is refused before any training."""
+    conversion): at learning rate 0 the run writes them back unchanged, at LoRA rate 0 its LoRA
+    (streams trained, LoRA frozen); an adapter of other settings is refused before any
+    training."""
     from convert import torch_train
 
     loaded, _ = pairs["llama"]
@@ -917,6 +918,13 @@ def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data
         for mine, theirs in ((after.tensors, before.tensors), (after.lora, before.lora)):
             assert all(np.array_equal(mine[k], theirs[k]) for k in theirs), source
         assert json.loads((out / af.TORCH_CONFIG).read_text())["training"]["init"] == str(source)
+    frozen = tmp_path / "frozen"  # streams trained, LoRA frozen (`LORA_LR=0` of make_task_adapter)
+    lr = argv.index("--lr") + 1
+    moving = [*argv[:lr], "3e-3", *argv[lr + 1 :]]
+    assert torch_train.main([*moving, "--init", str(folder), "--out", str(frozen)]) == 0
+    after = af.read_folder(frozen)
+    assert all(np.array_equal(after.lora[k], before.lora[k]) for k in before.lora)
+    assert not all(np.array_equal(after.tensors[k], before.tensors[k]) for k in before.tensors)
     fresh = tmp_path / "fresh"
     assert torch_train.main([*argv, "--out", str(fresh)]) == 0  # without --init: LoRA B is 0
     b = next(k for k in before.lora if ".lora_B." in k)
