@@ -294,7 +294,7 @@ steps() {
         --adapter sql --json $R/pass_trace_sql.json
 
     # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
-    # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, about 40 min, not rerun
+    # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, two rounds, about 2.2 h, not rerun
     # here): its acceptance on the sql dev items 40-87 (acceptance.json, about 10 min), the tree
     # the planner picks (Qwen's curve in $QC: measured first if missing, about 4 min), then the
     # sql dev set side by side (about 12 min). The shared-mode run of the section (not shipped)
