@@ -16,7 +16,7 @@ from specstream_mlx.chat_safety import encode_chat
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.models.gguf_meta import read_metadata
 from specstream_mlx.models.gguf_tokenizer import gguf_tokenizer
-from specstream_mlx.models.packaged import DEFAULT_MODEL, MODELS, default_gguf_path, packaged_gguf
+from specstream_mlx.models.packaged import DEFAULT_MODEL, MODELS, packaged_gguf
 from specstream_mlx.streams.fingerprint import fingerprint
 
 # Families whose attention block has separate q/k/v/o projections and a gated MLP (optionally
@@ -114,10 +114,9 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
         raise SpecstreamError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     logging.disable_progress_bar()
     kwargs = {}
-    if name in (None, "", "default", DEFAULT_MODEL):
-        gguf = default_gguf_path()
-        folder, kwargs = gguf.parent, {"gguf_file": gguf.name}
-    elif name in MODELS:  # a packaged model by name (`qwen2.5-coder-0.5b-instruct`)
+    if name in (None, "", "default"):
+        name = DEFAULT_MODEL
+    if name in MODELS:  # a packaged model by name (the default, `qwen2.5-coder-0.5b-instruct`)
         gguf = packaged_gguf(name)
         folder, kwargs = gguf.parent, {"gguf_file": gguf.name}
     else:
