@@ -141,10 +141,11 @@ def _read_for(folder: str | os.PathLike, base: TorchBase) -> Folder:
     return src
 
 
-def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> None:
+def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> dict | None:
     """Training that continues an adapter: its streams' weights into `streams`, and in shared
     mode its LoRA into the base's trainable PEFT layers (add_lora first). The adapter must have
-    the same stream settings and tensors; one error lists what differs."""
+    the same stream settings and tensors; one error lists what differs. Returns the adapter's
+    own training record (None if it has none), so the new one can keep its history."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     src = _read_for(folder, base)
@@ -170,6 +171,7 @@ def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     streams.load_state_dict({k: tensor(v) for k, v in src.tensors.items()})
     if streams.config.mode == "shared":
         set_peft_model_state_dict(base.model, {k: tensor(v) for k, v in src.lora.items()})
+    return src.config.get("training")
 
 
 def expected_lora(

@@ -493,8 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
         if args.mode == "shared":
             add_lora(base, config)
-        if args.init is not None:
-            start_from(args.init, base, streams)
+        continued = start_from(args.init, base, streams) if args.init is not None else None
         cfg = TrainConfig(
             args.steps,
             args.batch_size,
@@ -519,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         # the data's summary carries its sources (attribution travels with the adapter)
         extra = {"training": {"data": data.summary, "examples": len(examples), **vars(cfg)}}
         extra["training"]["last"] = rows[-1]
+        if continued is not None:  # the continued adapter's record: rounds keep their history
+            extra["training"]["continues"] = continued
         out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
         checkpoint.unlink(missing_ok=True)  # the adapter is written: nothing left to resume
     except SpecstreamError as exc:

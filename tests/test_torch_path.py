@@ -438,7 +438,8 @@ def trained(pairs, tmp_path_factory, data):
             TrainConfig(steps=4, batch_size=2, learning_rate=3e-3, lora_learning_rate=1e-3),
         )
         assert len(rows) == 4 and all(np.isfinite(r["loss"]) for r in rows)
-        out[name] = (save_torch_adapter(root / name, streams, base), e2e)
+        record = {"training": {"steps": 4, "batch_size": 2}}  # a round's record, as the CLI's
+        out[name] = (save_torch_adapter(root / name, streams, base, record), e2e)
     return out
 
 
@@ -898,8 +899,8 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
 def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data):
     """`--init FOLDER` starts from an adapter's streams and LoRA (a PyTorch folder or its MLX
     conversion): at learning rate 0 the run writes them back unchanged, at LoRA rate 0 its LoRA
-    (streams trained, LoRA frozen); an adapter of other settings is refused before any
-    training."""
+    (streams trained, LoRA frozen); the new record keeps the continued one's; an adapter of
+    other settings is refused before any training."""
     from convert import torch_train
 
     loaded, _ = pairs["llama"]
@@ -917,7 +918,9 @@ def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data
         assert set(after.tensors) == set(before.tensors) and set(after.lora) == set(before.lora)
         for mine, theirs in ((after.tensors, before.tensors), (after.lora, before.lora)):
             assert all(np.array_equal(mine[k], theirs[k]) for k in theirs), source
-        assert json.loads((out / af.TORCH_CONFIG).read_text())["training"]["init"] == str(source)
+        record = json.loads((out / af.TORCH_CONFIG).read_text())["training"]
+        assert record["init"] == str(source)
+        assert record["continues"] == before.config["training"]  # the earlier round's record
     frozen = tmp_path / "frozen"  # streams trained, LoRA frozen (`LORA_LR=0` of make_task_adapter)
     lr = argv.index("--lr") + 1
     moving = [*argv[:lr], "3e-3", *argv[lr + 1 :]]
