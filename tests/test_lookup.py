@@ -408,6 +408,22 @@ def test_ss_pld_gated_against_the_calibrated_tree_equals_plain_greedy(tiny_model
     assert both.stats.tree["lookup"] == "grafted"
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_ss_pld_after_a_cut_tree_crossing_a_buffer_step_equals_plain_greedy(tiny_models, family):
+    """An uncalibrated adapter whose tree the early-exit head cuts (more nodes than it keeps)
+    runs eagerly: the lower layers' caches take every node's row and grow by mlx-lm's step past
+    the MSA layers' ones, which keep only the cut tree's. The lookup's chains run compiled
+    between such passes, over buffers of one capacity (a 0.5B model's chat prompt of 212
+    tokens crashed here)."""
+    loaded = tiny_models[family]
+    params = streams_for(loaded, 3, gamma=3, n_msa_layers=2, top_k=3, max_tree_nodes=8)
+    prompt = [5 + i % 7 for i in range(230)]  # 229 cached: + 40 nodes crosses 256, + 8 not
+    plain = ss.generate(loaded, prompt, max_tokens=24)
+    both = ss.generate(loaded, prompt, max_tokens=24, decoder="ss+pld", streams=params)
+    assert both.token_ids == plain.token_ids
+    assert both.stats.tree["lookup"] == "chains" and both.stats.forward_passes < 24
+
+
 @EXAMPLES
 @given(
     family=st.sampled_from(sorted(FAMILIES)),

@@ -87,12 +87,15 @@ class Kept:
 
 
 def reserve(caches: list, end: int) -> int:
-    """Grow every cache's buffer to a multiple of CAPACITY_STEP holding `end` rows (an upper
-    bound of the rows the next passes write up to); returns the capacity."""
-    need = -(-end // CAPACITY_STEP) * CAPACITY_STEP
+    """Grow every cache's buffer to one capacity, a multiple of CAPACITY_STEP holding `end`
+    rows (an upper bound of the rows the next passes write up to) and every buffer's rows;
+    returns it. One for all: a pass's masks span the first buffer, and the buffers can differ
+    (an eager pass grows the lower layers' mlx-lm caches by their own step, the MSA layers'
+    by theirs)."""
+    caps = [end] + [cache.keys.shape[2] for cache in caches]
+    target = -(-max(caps) // CAPACITY_STEP) * CAPACITY_STEP
     for cache in caches:
         cap = cache.keys.shape[2]
-        target = max(need, -(-cap // CAPACITY_STEP) * CAPACITY_STEP)
         if target == cap:
             continue
         b, h, _, dk = cache.keys.shape
