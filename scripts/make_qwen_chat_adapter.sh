@@ -5,8 +5,13 @@
 #    there, computed in the same frozen forward; distilling Qwen's own answers runs at about
 #    13 tokens/s on the 2-core dev machine);
 # 2. lossless stream training, resumable (rerun after an interruption): 3,199 s (53 min) on
-#    the 2-core dev machine with nothing else running;
-# 3. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
+#    the 2-core dev machine with nothing else running (round 1);
+# 3. round 2: Qwen's own greedy answers to the chat mix (`specstream distill --chat-prompts
+#    480`: the permissive kinds, 317 distinct prompts; about 36 minutes batched), continuing
+#    round 1 for 160 steps (about two epochs, as the sql tool's round 2) with the PyTorch
+#    trainer (convert.torch_train --init; about 52 minutes on the dev CPU, DEVICE=cuda on a
+#    GPU), converted back (`specstream convert`);
+# 4. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -28,12 +33,18 @@ for split, out, n in (("train", "train_all", None), ("dev", "dev100", 100)):
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     os.replace(f"{run}/{out}.jsonl.tmp", f"{run}/{out}.jsonl")
 PY
-./dev.sh specstream train --mode lossless --targets self --model "$MODEL" \
+[ -d "$RUN/chat" ] || ./dev.sh specstream train --mode lossless --targets self --model "$MODEL" \
     --data "$RUN/train_all.jsonl" --val "$RUN/dev100.jsonl" --out "$RUN/chat" \
     --gamma 4 --msa-layers 8 --tree-top-k 3 --rank 8 --steps 180 --batch-size 4 --lr 1e-3 \
     --segment 64 --warmup 10 --max-length 320 --val-every 180 --checkpoint-every 15 --seed 0
+./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --max-tokens 128 \
+    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
+[ -d "$RUN/chat_own_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
+    --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat" \
+    --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 160 \
+    --max-length 320 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$RUN/chat_own_torch"
 mkdir -p "$(dirname "$OUT")"
-rm -rf "$OUT.tmp" && cp -r "$RUN/chat" "$OUT.tmp"
+./dev.sh specstream convert --from "$RUN/chat_own_torch" --to "$OUT.tmp" --overwrite
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
