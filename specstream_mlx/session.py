@@ -10,7 +10,14 @@ import mlx.core as mx
 
 from .backend import device_name
 from .calibration import latency_curve, tuned
-from .decoding.lookup import GRAFT, LookupConfig, LookupCosts, lookup_drafter, lookup_grafter
+from .decoding.lookup import (
+    GRAFT,
+    LookupConfig,
+    LookupCosts,
+    LookupRates,
+    lookup_drafter,
+    lookup_grafter,
+)
 from .decoding.loop import Decoder, Drafter, DraftOverride
 from .decoding.passes import Passes
 from .decoding.policy import TreePolicy
@@ -114,7 +121,7 @@ def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Dec
     if graftable and sampling.greedy and dec.chain_streams:
         nodes = dec.policy.max_nodes + 2 * GRAFT.max_draft
         costs = _lookup_costs(loaded, dec, tree, GRAFT, nodes)
-        dec = replace(dec, graft=lookup_grafter(GRAFT, costs))
+        dec = replace(dec, graft=lookup_grafter(GRAFT, costs, lookup_rates(loaded, dec.streams)))
         gated = costs is not None
         return dec, {**tree, "lookup": "grafted", "lookup_gated": gated, "chain_streams": True}
     costs = _lookup_costs(loaded, dec, tree, lookup)
@@ -123,6 +130,15 @@ def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Dec
     if dec.streams is not None and dec.policy.depth > 0:
         tree["chain_streams"] = dec.chain_streams
     return dec, tree
+
+
+def lookup_rates(loaded, streams: StreamParams) -> LookupRates:
+    """The grafting lookup gate's evidence for `streams` on `loaded`, kept from one generation
+    to the next (a writing tool's answer is too short to learn a chain kind's rate in)."""
+    kept = loaded.lookup_rates.get(id(streams))
+    if kept is None or kept[0] is not streams:
+        kept = loaded.lookup_rates[id(streams)] = (streams, LookupRates())
+    return kept[1]
 
 
 def default_streams(loaded, config=None) -> StreamParams:

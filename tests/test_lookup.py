@@ -15,6 +15,7 @@ from specstream_mlx.decoding.lookup import (
     LookupConfig,
     LookupCosts,
     LookupGate,
+    LookupRates,
     deepest_path,
     graft,
     lookup_draft,
@@ -79,7 +80,7 @@ def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
 
 def test_the_gate_drafts_while_the_lookup_is_right_and_watches_it_while_it_is_not():
     cheap = LookupCosts((10.0, 12.0, 14.0, 16.0, 18.0))  # each draft adds a fifth of a pass
-    lengths = _gated_lengths(LookupGate(cheap, 3), [True] * 8 + [False] * 24 + [True] * 6)
+    lengths = _gated_lengths(LookupGate(cheap), [True] * 8 + [False] * 24 + [True] * 6)
     assert lengths[0] > 0  # before any evidence: the priors pay here
     assert lengths[7] == 4  # right every time: the whole chain
     assert lengths[31] == 0  # wrong every time: plain passes
@@ -87,13 +88,13 @@ def test_the_gate_drafts_while_the_lookup_is_right_and_watches_it_while_it_is_no
     assert lengths[-1] == 4
     # Chains dearer than what they can decide, or than the pass that runs instead: never.
     dear = LookupCosts((10.0, 30.0, 50.0, 70.0, 90.0))
-    assert _gated_lengths(LookupGate(dear, 3), [True] * 10) == [0] * 10
+    assert _gated_lengths(LookupGate(dear), [True] * 10) == [0] * 10
     tree = LookupCosts(cheap.chain_ms, fallback_tokens=3.0, fallback_ms=12.0)
-    assert _gated_lengths(LookupGate(tree, 3), [False] * 3 + [True] * 3)[:3] == [0, 0, 0]
+    assert _gated_lengths(LookupGate(tree), [False] * 3 + [True] * 3)[:3] == [0, 0, 0]
 
 
 def test_the_gate_trusts_what_followed_a_longer_match_more():
-    gate = LookupGate(LookupCosts((10.0, 14.0, 16.0, 18.0, 20.0)), 3)
+    gate = LookupGate(LookupCosts((10.0, 14.0, 16.0, 18.0, 20.0)))
     truth = list(range(1000, 1200))
     for p in range(10, 40):  # 1-gram matches proposing wrong tokens, 3-gram ones right ones
         one = p % 2 == 0
@@ -118,7 +119,7 @@ def test_a_graft_shares_the_nodes_the_tree_has():
     assert _paths(grown) == _paths(tree) | {(1, 3, 4), (1, 3, 4, 5)}
     assert grown.parents[len(tree)] == 3 and grown.depths[-2:] == [3, 4]
     # a keep rule that declines the second new node stops the chain there
-    cut = graft(tree, 0, [2, 7, 8], keep=lambda i, nodes: i < 2)
+    cut = graft(tree, 0, [2, 7, 8], keep=lambda k, nodes: k < 1)
     assert _paths(cut) == _paths(tree) | {(2, 7)}
     assert deepest_path(grown) == (len(grown) - 1, [1, 3, 4, 5])
     assert deepest_path(Tree([9], [-1], [0])) == (0, [])
@@ -160,7 +161,7 @@ def test_a_node_costs_the_mean_step_to_the_largest_pass_not_the_curves_local_ste
     assert costs.node_ms(1) == pytest.approx((30.0 - 10.0) / 5)
     assert costs.node_ms(5) == pytest.approx(2.0)  # the last step, and past it
     assert costs.node_ms(8) == pytest.approx(2.0)
-    gate = LookupGate(costs, 3)
+    gate = LookupGate(costs)
     # at 3 nodes a node costs 3.33 ms of a 10 ms pass deciding one token: reached 34% of the
     # time it pays, 30% not (priced at the local step, free, it would pay at any rate)
     assert gate.worth(0.34, 3) and not gate.worth(0.3, 3)
@@ -172,22 +173,47 @@ def test_a_chain_past_the_streams_path_also_needs_that_path_right():
     costs = LookupCosts(tuple(10.0 + n for n in range(6)), 2.0, 10.0)  # pays if reached >= 0.2
     grown = lookup_grafter(GRAFT, costs)(history, streams)
     # under the root 7, 0, 5, 6 are reached 0.5, 0.375, 0.28, 0.21 of the time (the priors);
-    # past the path each also needs the path right (prior 0.5): 8 at 0.25 pays, 9 at 0.19 not
+    # past the path a chain's first node is reached a quarter of the time (the prior for the
+    # path and the node right): 8 at 0.25 pays, 9 at 0.19 not
     assert grown.tokens == [6, 3, 7, 0, 5, 6, 8]
     assert grown.parents[1:] == [0, 0, 2, 3, 4, 1]
 
 
-def test_the_gate_scores_the_streams_deepest_path_once_the_text_settles_it():
-    gate = LookupGate(LookupCosts((10.0, 11.0)), 3)
-    assert gate.path_rate() == 0.5  # the prior: one right, one wrong
-    gate.note([7, 8], [], 0, path=[1, 2])
+def test_the_gate_rates_each_kind_of_chain_by_how_often_the_text_reaches_its_first_new_node():
+    costs = LookupCosts((10.0, 11.0))
+    gate = LookupGate(costs)
+    assert gate.rates(3, "deep")[0] == pytest.approx(0.25)  # the prior: 0.5 right, 1.5 wrong
+    # a chain past the streams' path [1, 2]: its first node right, but the path was not
+    gate.watch(4, [5, 6], ("deep", 3), after=[1, 2])
     gate.observe([7, 8, 1])  # not settled yet
-    assert gate.path_rate() == 0.5
-    gate.observe([7, 8, 1, 3])  # wrong at its second token
-    assert gate.path_rate() == pytest.approx(1 / 3)
-    gate.note([7, 8, 1, 3], [], 0, path=[4])
-    gate.observe([7, 8, 1, 3, 4])  # right; the wrong one has faded by 0.9 a pass, twice
-    assert gate.path_rate() == pytest.approx(2 / 3.81)
+    assert gate.rates(3, "deep")[0] == pytest.approx(0.25)
+    gate.observe([7, 8, 1, 3, 5])  # the path wrong at its second token: the node not reached
+    assert gate.rates(3, "deep")[0] == pytest.approx(0.5 / 3)
+    assert gate.rates(3)[0] == 0.5  # the other kinds (and n-grams) keep their own rates
+    # a chain going on past a draft the streams made too: right where the text took both
+    gate.watch(3, [4, 9], ("after-shared", 2), after=[6])
+    gate.observe([7, 8, 6, 4, 9])
+    assert gate.rates(2, "after-shared")[0] == pytest.approx(1.75 / 3)
+    assert gate.rates(2)[1] == pytest.approx(2.5 / 3)  # its second new node: right
+    # each count fades by 0.9 when it gains one, not with every pass
+    gate.observe([7, 8, 6, 4, 9] + [0] * 20)
+    assert gate.rates(2, "after-shared")[0] == pytest.approx(1.75 / 3)
+
+
+def test_the_grafter_learns_from_earlier_generations_when_given_their_rates():
+    # the streams' deepest path is [3]; the text past it does not follow the lookup's chain
+    history = [6, 3, 8, 9, 1, 2, 5, 6, 7, 0, 5, 6]
+    streams = draft_tree(6, [[3]])
+    costs = LookupCosts(tuple(10.0 + n for n in range(6)), 2.0, 10.0)  # pays if reached >= 0.2
+    kept = LookupRates()
+    grafter = lookup_grafter(GRAFT, costs, kept)
+    assert grafter(history, streams).tokens[-1] == 8  # the priors: the deep chain's first node
+    grafter(history + [3, 4, 4], streams)  # the text settles it: the path right, then not 8
+    assert kept.first[("deep", 2)] == [0.0, 1.0]  # after the 2-gram (6, 3)
+    grown = lookup_grafter(GRAFT, costs, kept)(history, streams)  # the next generation
+    assert 8 not in grown.tokens  # reached a sixth of the time now: not grafted
+    # a fresh gate, without the earlier generations' evidence, grafts it
+    assert lookup_grafter(GRAFT, costs)(history, streams).tokens[-1] == 8
 
 
 @EXAMPLES
@@ -642,3 +668,14 @@ def test_lossless_streams_sit_chains_out_where_the_curve_says_their_rows_cost_mo
         loaded.latency_curve = None
         loaded.trees.clear()
     assert ran == {0.01: True, 0.1: False}
+
+
+def test_the_grafting_gates_evidence_is_kept_per_streams_on_the_loaded_model(tiny_models):
+    from specstream_mlx.session import lookup_rates
+
+    loaded = tiny_models["llama"]
+    one, two = (streams_for(loaded, seed, gamma=2, n_msa_layers=2) for seed in (0, 1))
+    kept = lookup_rates(loaded, one)
+    kept.first[("deep", 2)] = [1.0, 0.0]
+    assert lookup_rates(loaded, one) is kept  # the next generation with the same streams
+    assert lookup_rates(loaded, two).first == {}  # other streams learn their own

@@ -10,7 +10,7 @@ a copied run can be accepted past the streams' depth in the same pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -53,11 +53,20 @@ def lookup_match(
     return [], 0
 
 
+# The kinds of chain a gate rates apart (docs/BENCHMARKS.md, "Which grafted nodes the text
+# takes"): a chain under the root whose first token no stream drafted (right about a third as
+# often as the chains the streams agree with), a chain under the root that goes on past drafts
+# the streams made too, and a chain past the streams' deepest path (right only where that path
+# is: 0.14 of its first nodes taken on e2e, 0.54-0.65 on dialogsum and sql).
+ROOT, AFTER_SHARED, DEEP = "root", "after-shared", "deep"
+
+
 @dataclass(frozen=True)
 class _Proposal:
-    start: int  # where its tokens would go in the decoded text
+    start: int  # where its first token would go in the decoded text
     tokens: list[int]
-    n: int  # the length of the n-gram it followed
+    rate: tuple[str, int]  # which first-token rate it scores: (chain kind, n-gram length)
+    after: tuple[int, ...] = ()  # the text it needs just before `start` (else its first is wrong)
     scored: int = 0  # tokens already scored against the decoded text
 
 
@@ -91,79 +100,85 @@ class LookupCosts:
         return (self.chain_ms[-1] - self.nodes_ms(nodes)) / (top - nodes)
 
 
+@dataclass
+class LookupRates:
+    """A `LookupGate`'s evidence, as pseudo-counts [right, wrong], each fading by
+    `LookupGate.DECAY` when it gains one: a chain's first new node's, per (chain kind, length
+    of the matched n-gram), and a new node's after a right one. Grafting keeps it per streams
+    on the loaded model from one generation to the next (session.lookup_rates): a writing
+    tool's answer holds too few chains of a kind to learn its rate within one (e2e: about two
+    past the streams' path in a 26-token answer)."""
+
+    first: dict = field(default_factory=dict)  # (kind, n) -> [right, wrong]
+    next: list = field(default_factory=lambda: [0.0, 0.0])
+
+
 class LookupGate:
-    """How often the lookup's drafts turn out right in this generation, and the chain length
-    expected to decide the most tokens per ms. Two rates: the first draft's, per length of the
-    matched n-gram (a 3-gram match is right far more often than a 1-gram one: 0.75-0.87 against
-    0.18-0.40 on the chat and sql suites), and the next drafts' once the ones before were right
-    (0.6-0.9 whatever the n-gram: one rate). Every proposal is scored against the text decoded
-    after it, token by token as the text arrives, drafted or not (greedy decoding keeps exactly
-    the drafts that match it), so a lookup the gate stopped drafting is still watched and drafts
-    again once its proposals match. Older evidence fades by `DECAY` per pass, over fixed priors
-    (`FIRST`, `NEXT`: pseudo-counts of right and wrong). Grafting onto the streams' tree, it
-    also scores the streams' deepest path (all right or not: `PATH`), which a chain grafted
-    past it needs."""
+    """How often the lookup's drafts turn out right, and whether a draft pays for its place in
+    the pass. Two rates: a chain's first new node's, per kind of chain (`ROOT`, `AFTER_SHARED`,
+    `DEEP`) and length of the matched n-gram (a 3-gram match is right far more often than a
+    1-gram one: 0.75-0.87 against 0.18-0.40 on the chat and sql suites), counted right only
+    where the text also took what leads to it (the drafts before it that the streams made too,
+    the streams' deepest path), so it is the chance of reaching it; and the next new nodes'
+    once the ones before were right (0.6-0.9 whatever the n-gram: one rate). Every chain is
+    scored against the text decoded after it, token by token as the text arrives, drafted or
+    not (greedy decoding keeps exactly the drafts that match it), so a lookup the gate stopped
+    drafting is still watched and drafts again once its proposals match. Each count fades by
+    `DECAY` as it gains one, over fixed priors (`FIRST` per kind, `NEXT`: pseudo-counts of
+    right and wrong); the evidence (`LookupRates`) may come from earlier generations."""
 
     DECAY = 0.9
-    FIRST = (0.5, 0.5)
+    FIRST = {ROOT: (0.5, 0.5), AFTER_SHARED: (0.75, 1.25), DEEP: (0.5, 1.5)}
     NEXT = (1.5, 0.5)
-    PATH = (1.0, 1.0)
 
-    def __init__(self, costs: LookupCosts, ngram_max: int):
+    def __init__(self, costs: LookupCosts, rates: LookupRates | None = None):
         self.costs = costs
-        self.first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [n] -> [right, wrong]
-        self.next = [0.0, 0.0]
+        self.evidence = LookupRates() if rates is None else rates
         self.pending: list[_Proposal] = []  # not yet settled by the decoded text
-        self.path = [0.0, 0.0]  # the streams' deepest paths: [right, wrong]
-        self.paths: list[tuple[int, list[int]]] = []  # (start, tokens), not yet settled
 
-    def rates(self, n: int) -> tuple[float, float]:
-        """After an n-gram match: P(first draft right), P(a draft right | those before right)."""
-        (r, w), (pr, pw) = self.first[n], self.FIRST
+    def rates(self, n: int, kind: str = ROOT) -> tuple[float, float]:
+        """After an n-gram match, for a chain of `kind`: P(its first new node is reached),
+        P(a new node right | those before right)."""
+        (r, w), (pr, pw) = self.evidence.first.get((kind, n), (0.0, 0.0)), self.FIRST[kind]
         first = (r + pr) / (r + w + pr + pw)
-        (r, w), (pr, pw) = self.next, self.NEXT
+        (r, w), (pr, pw) = self.evidence.next, self.NEXT
         return first, (r + pr) / (r + w + pr + pw)
 
-    def path_rate(self) -> float:
-        """P(the streams' deepest path is right, whole)."""
-        (r, w), (pr, pw) = self.path, self.PATH
-        return (r + pr) / (r + w + pr + pw)
+    def _count(self, counts: list[float], right: bool) -> None:
+        counts[:] = [c * self.DECAY for c in counts]
+        counts[0 if right else 1] += 1.0
 
     def observe(self, history: list[int]) -> None:
         """Score the proposed tokens the decoded `history` now settles."""
-        for counts in [*self.first, self.next, self.path]:
-            counts[:] = [c * self.DECAY for c in counts]
-        for start, tokens in self.paths:
-            if start + len(tokens) <= len(history):
-                self.path[0 if history[start : start + len(tokens)] == tokens else 1] += 1.0
-        self.paths = [(i, t) for i, t in self.paths if i + len(t) > len(history)]
         waiting = []
         for p in self.pending:
             seen = history[p.start : p.start + len(p.tokens)]
             for j in range(p.scored, len(seen)):
                 right = seen[j] == p.tokens[j]
-                (self.first[p.n] if j == 0 else self.next)[0 if right else 1] += 1.0
+                if j == 0:
+                    right = right and history[p.start - len(p.after) : p.start] == list(p.after)
+                    self._count(self.evidence.first.setdefault(p.rate, [0.0, 0.0]), right)
+                else:
+                    self._count(self.evidence.next, right)
                 if not right:
                     break
             else:
                 if len(seen) < len(p.tokens):  # right so far: more text will tell
-                    waiting.append(_Proposal(p.start, p.tokens, p.n, len(seen)))
+                    waiting.append(replace(p, scored=len(seen)))
         self.pending = waiting
 
-    def note(self, history: list[int], proposal: list[int], n: int, path=()) -> None:
-        """Score what `history` settles and keep `proposal` (the lookup's drafts after
-        `history`, following an n-gram match) and the streams' deepest `path` to score
-        later."""
-        self.observe(history)
-        if proposal:
-            self.pending.append(_Proposal(len(history), list(proposal), n))
-        if path:
-            self.paths.append((len(history), list(path)))
+    def watch(self, start: int, tokens: list[int], rate: tuple[str, int], after=()) -> None:
+        """Keep `tokens` (drafts for the text from `start` on) to score later: the first
+        against `rate`, right only where the text holds `after` just before `start`."""
+        if tokens:
+            self.pending.append(_Proposal(start, list(tokens), rate, tuple(after)))
 
     def choose(self, history: list[int], proposal: list[int], n: int) -> int:
-        """`note` the proposal, and return how many of it to verify: the L with the most
-        expected tokens per ms, 0 when the pass that runs instead does better."""
-        self.note(history, proposal, n)
+        """Score what `history` settles, watch `proposal` (the lookup's drafts after
+        `history`, following an n-gram match), and return how many of it to verify: the L with
+        the most expected tokens per ms, 0 when the pass that runs instead does better."""
+        self.observe(history)
+        self.watch(len(history), proposal, (ROOT, n))
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
         best, best_rate = 0, costs.fallback_tokens / fallback_ms
@@ -187,23 +202,31 @@ class LookupGate:
 
 def graft(tree: Tree, at: int, tokens: list[int], keep=None) -> Tree:
     """`tree` with the chain `tokens` under node `at`, sharing the nodes it already has there;
-    `keep(depth, nodes)` (depth in the chain from 0, the tree's size) stops the chain at the
+    `keep(k, nodes)` (k: the new nodes before this one, the tree's size) stops the chain at the
     first new node it declines."""
     tokens_, parents, depths = list(tree.tokens), list(tree.parents), list(tree.depths)
-    node = at
-    for i, token in enumerate(tokens):
-        child = next(
-            (c for c in range(len(tokens_)) if parents[c] == node and tokens_[c] == token), None
-        )
-        if child is None:
-            if keep is not None and not keep(i, len(tokens_)):
-                break
-            child = len(tokens_)
-            tokens_.append(token)
-            parents.append(node)
-            depths.append(depths[node] + 1)
-        node = child
+    shared = chain_in(tree, at, tokens)
+    node = shared[-1] if shared else at
+    for k, token in enumerate(tokens[len(shared) :]):
+        if keep is not None and not keep(k, len(tokens_)):
+            break
+        tokens_.append(token)
+        parents.append(node)
+        depths.append(depths[node] + 1)
+        node = len(tokens_) - 1
     return Tree(tokens_, parents, depths)
+
+
+def chain_in(tree: Tree, at: int, tokens: list[int]) -> list[int]:
+    """The nodes of `tree` that spell the start of `tokens` under node `at`."""
+    nodes, node = [], at
+    for token in tokens:
+        children = (c for c in range(len(tree)) if tree.parents[c] == node)
+        node = next((c for c in children if tree.tokens[c] == token), None)
+        if node is None:
+            break
+        nodes.append(node)
+    return nodes
 
 
 def deepest_path(tree: Tree) -> tuple[int, list[int]]:
@@ -217,13 +240,16 @@ def deepest_path(tree: Tree) -> tuple[int, list[int]]:
     return node, path[::-1]
 
 
-def lookup_grafter(config: LookupConfig = GRAFT, costs: LookupCosts | None = None) -> Grafter:
+def lookup_grafter(
+    config: LookupConfig = GRAFT, costs: LookupCosts | None = None, rates: LookupRates | None = None
+) -> Grafter:
     """Prompt lookup grafted onto the streams' tree, for one generation: the chain after the
     context's last n-gram under the root, the chain after the context extended by the tree's
     deepest path under its deepest node. Each new node is kept while a `LookupGate` over
-    `costs` expects it to pay (the chance of reaching it, from the lookup's measured rates and,
-    past the streams' path, how often that path was right); costs=None grafts whole chains."""
-    gate = None if costs is None else LookupGate(costs, config.ngram_max)
+    `costs` expects it to pay (the chance of reaching it, rated per kind of chain; from `rates`
+    on, the evidence of earlier generations, which it goes on updating); costs=None grafts
+    whole chains."""
+    gate = None if costs is None else LookupGate(costs, rates)
 
     def grafted(history: list[int], tree: Tree) -> Tree:
         proposal, n = lookup_match(history, config)
@@ -231,25 +257,32 @@ def lookup_grafter(config: LookupConfig = GRAFT, costs: LookupCosts | None = Non
         further, m = lookup_match(history + path, config) if path else ([], 0)
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further)
-        gate.note(history, proposal, n, path)
-        out = graft(tree, 0, proposal, _keep(gate, n))
-        return graft(out, deepest, further, _keep(gate, m, gate.path_rate()))
+        gate.observe(history)
+        out = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
+        return _gated_graft(gate, len(history), out, (deepest, path), further, m)
 
     return grafted
 
 
-def _keep(gate: LookupGate, n: int, reach: float = 1.0):
-    """The gate's rule for a chain following an n-gram match from a node reached with
-    probability `reach`: its i-th token is reached with probability reach * first * later^i."""
-    first, later = gate.rates(n)
-    return lambda i, nodes: gate.worth(reach * first * later**i, nodes)
+def _gated_graft(gate: LookupGate, start: int, tree: Tree, under, chain: list[int], n: int):
+    """`tree` with `chain` (following an n-gram match) grafted under node `under[0]` (whose
+    path below the root, `under[1]`, would place it at `start` + len(path) in the text), each
+    new node kept where the gate expects it to pay; the gate watches the new part, rated by
+    its kind: its k-th new node is reached with probability first * later^k."""
+    at, path = under
+    shared = len(chain_in(tree, at, chain))
+    kind = DEEP if at else AFTER_SHARED if shared else ROOT
+    after = [*path, *chain[:shared]]
+    gate.watch(start + len(after), chain[shared:], (kind, n), after)
+    first, later = gate.rates(n, kind)
+    return graft(tree, at, chain, lambda k, nodes: gate.worth(first * later**k, nodes))
 
 
 def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
     """Prompt lookup as a drafter (decoding.host.Drafter), for one generation: the chain that
     followed the context's last n-gram before, cut to the length expected to pay by a
     `LookupGate` over `costs` (None: always the whole chain)."""
-    gate = None if costs is None else LookupGate(costs, config.ngram_max)
+    gate = None if costs is None else LookupGate(costs)
 
     def draft(history: list[int], _hidden) -> Tree:
         proposal, n = lookup_match(history, config)

@@ -56,6 +56,8 @@ class LoadedModel:
     fused: object = field(default=None, repr=False, compare=False)
     # Trees chosen for streams on this device (calibration.tuned), per (streams, curve key).
     trees: dict = field(default_factory=dict, repr=False, compare=False)
+    # The grafting lookup gate's evidence per streams (session.lookup_rates): outlives a generation.
+    lookup_rates: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def _converted_gguf(gguf: Path) -> Path:
