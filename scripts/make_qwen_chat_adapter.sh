@@ -11,7 +11,10 @@
 #    round 1 for 160 steps (about two epochs, as the sql tool's round 2) with the PyTorch
 #    trainer (convert.torch_train --init; about 52 minutes on the dev CPU, DEVICE=cuda on a
 #    GPU), converted back (`specstream convert`);
-# 4. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
+# 4. round 3: Qwen's own answers to a second chat mix (`--chat-prompts 480 --seed 1`: 281 more
+#    distinct prompts, appended to round 2's file; about 46 minutes), continuing round 2 for 128
+#    steps on all 586 usable rows (about 35 minutes alone on the dev CPU), converted back;
+# 5. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -43,8 +46,15 @@ PY
     --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat" \
     --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 160 \
     --max-length 320 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$RUN/chat_own_torch"
+./dev.sh specstream convert --from "$RUN/chat_own_torch" --to "$RUN/chat_round2" --overwrite
+./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed 1 --max-tokens 128 \
+    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
+[ -d "$RUN/chat_own3_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
+    --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat_round2" \
+    --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 128 \
+    --max-length 320 --checkpoint-every 16 --device "${DEVICE:-cpu}" --out "$RUN/chat_own3_torch"
 mkdir -p "$(dirname "$OUT")"
-./dev.sh specstream convert --from "$RUN/chat_own_torch" --to "$OUT.tmp" --overwrite
+./dev.sh specstream convert --from "$RUN/chat_own3_torch" --to "$OUT.tmp" --overwrite
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
