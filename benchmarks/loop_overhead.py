@@ -7,8 +7,11 @@ static star tree) it times, interleaved over rounds, with the prompt's `--contex
 - pass(N): the same tree pass with its stream rows (what the loop's verifier runs), waited for;
 - loop(N): ms per pass of decoding.loop with that tree (acceptance, compaction, next draft,
   reading back: everything), and the plain decoding step (N = 1 without streams).
+The target's ratio, loop(N) / (plain step x forward(N) / forward(1)), is taken within each round
+from timings made one after the other, and its median over rounds reported (medians of each
+column drift apart on a CPU whose speed moves within minutes).
 
-    ./dev.sh python benchmarks/loop_overhead.py [--model M] [--rounds 5] [--eager] [--json OUT]
+    ./dev.sh python benchmarks/loop_overhead.py [--model M] [--rounds 7] [--eager] [--json OUT]
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def timed(fn, reps: int = 1) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--eager", action="store_true", help="passes not compiled")
     parser.add_argument("--json", default=None)
@@ -89,28 +92,39 @@ def main() -> None:
     for fn in fns.values():  # warm-up: traces, allocations
         timed(fn, 3)
     times = {key: [] for key in fns}
+    ratios = {n: [] for n in NODES}  # loop / target, each from one round's adjacent timings
     for _ in range(args.rounds):
-        for key, fn in fns.items():
-            times[key].append(timed(fn, 5 if key[0] != "loop" and key[0] != "plain" else 1))
+        for n in NODES:  # this CPU drifts ~15% in minutes: time what a ratio divides together
+            now = {}
+            for key in (("plain", 1), ("forward", 1), ("forward", n), ("pass", n), ("loop", n)):
+                now[key] = timed(fns[key], 5 if key[0] in ("forward", "pass") else 1)
+                times[key].append(now[key])
+            target = now[("plain", 1)] * now[("forward", n)] / now[("forward", 1)]
+            ratios[n].append(now[("loop", n)] / target)
     ms = {key: statistics.median(v) for key, v in times.items()}
     plain = ms[("plain", 1)]
     rows = []
     print(f"plain decoding step: {plain:.1f} ms ({'compiled' if compiled else 'eager'})")
-    print("| nodes | forward(N) ms | pass(N) ms | loop ms/pass | loop / pass | loop / target |")
+    print(
+        "| nodes | forward(N) ms | pass(N) ms | loop ms/pass | loop / pass | "
+        "loop / target, median of rounds (min-max) |"
+    )
     print("|---|---|---|---|---|---|")
     for n in NODES:
-        target = plain * ms[("forward", n)] / ms[("forward", 1)]
         row = {
             "nodes": n,
             "forward_ms": round(ms[("forward", n)], 2),
             "pass_ms": round(ms[("pass", n)], 2),
             "loop_ms": round(ms[("loop", n)], 2),
-            "target_ms": round(target, 2),
+            "target_ms": round(plain * ms[("forward", n)] / ms[("forward", 1)], 2),
+            "loop_over_target": round(statistics.median(ratios[n]), 3),
+            "loop_over_target_rounds": [round(r, 3) for r in ratios[n]],
         }
         rows.append(row)
         print(
             f"| {n} | {row['forward_ms']} | {row['pass_ms']} | {row['loop_ms']} | "
-            f"{ms[('loop', n)] / ms[('pass', n)]:.3f} | {ms[('loop', n)] / target:.3f} |"
+            f"{ms[('loop', n)] / ms[('pass', n)]:.3f} | {row['loop_over_target']:.3f} "
+            f"({min(ratios[n]):.3f}-{max(ratios[n]):.3f}) |"
         )
     if args.json:
         report = {"model": loaded.name, "compiled": compiled, "plain_step_ms": round(plain, 2)}
