@@ -130,6 +130,12 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == The loop's overhead paired within rounds (issue 18) ==
+    # 7 interleaved rounds, the target's ratio per round (about 6 min); the section's two
+    # queued-blind variants were throwaway probes (/work/runs/s50), not rerun
+    step "The loop's overhead paired within rounds" ./dev.sh python benchmarks/loop_overhead.py \
+        --rounds 7 --json $R/loop_overhead_memstarved_1203.json
+
     # == Qwen2.5-Coder-0.5B on the faster instance (issue 19) ==
     qwen_sql "Qwen2.5-Coder-0.5B on the faster instance" 1202
 
