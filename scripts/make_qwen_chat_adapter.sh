@@ -14,7 +14,10 @@
 # 4. round 3: Qwen's own answers to a second chat mix (`--chat-prompts 480 --seed 1`: 281 more
 #    distinct prompts, appended to round 2's file; about 46 minutes), continuing round 2 for 128
 #    steps on all 586 usable rows (about 35 minutes alone on the dev CPU), converted back;
-# 5. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
+# 5. round 4: Qwen's own answers to a third chat mix (`--chat-prompts 480 --seed 2`: 279 more
+#    distinct prompts, appended; about 47 minutes alone), continuing round 3 for 128 steps on
+#    all 857 usable rows (about 35 minutes alone), converted back;
+# 6. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -53,8 +56,15 @@ PY
     --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat_round2" \
     --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 128 \
     --max-length 320 --checkpoint-every 16 --device "${DEVICE:-cpu}" --out "$RUN/chat_own3_torch"
+./dev.sh specstream convert --from "$RUN/chat_own3_torch" --to "$RUN/chat_round3" --overwrite
+./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed 2 --max-tokens 128 \
+    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
+[ -d "$RUN/chat_own4_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
+    --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat_round3" \
+    --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 128 \
+    --max-length 320 --checkpoint-every 16 --device "${DEVICE:-cpu}" --out "$RUN/chat_own4_torch"
 mkdir -p "$(dirname "$OUT")"
-./dev.sh specstream convert --from "$RUN/chat_own3_torch" --to "$OUT.tmp" --overwrite
+./dev.sh specstream convert --from "$RUN/chat_own4_torch" --to "$OUT.tmp" --overwrite
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
