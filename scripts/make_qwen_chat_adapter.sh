@@ -50,21 +50,19 @@ PY
     --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 160 \
     --max-length 320 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$RUN/chat_own_torch"
 ./dev.sh specstream convert --from "$RUN/chat_own_torch" --to "$RUN/chat_round2" --overwrite
-./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed 1 --max-tokens 128 \
-    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
-[ -d "$RUN/chat_own3_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
-    --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat_round2" \
-    --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 128 \
-    --max-length 320 --checkpoint-every 16 --device "${DEVICE:-cpu}" --out "$RUN/chat_own3_torch"
-./dev.sh specstream convert --from "$RUN/chat_own3_torch" --to "$RUN/chat_round3" --overwrite
-./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed 2 --max-tokens 128 \
-    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
-[ -d "$RUN/chat_own4_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
-    --mode lossless --targets self --data "$RUN/chat_own.jsonl" --init "$RUN/chat_round3" \
-    --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 128 \
-    --max-length 320 --checkpoint-every 16 --device "${DEVICE:-cpu}" --out "$RUN/chat_own4_torch"
+for round in 3 4; do  # a new chat mix (seed round - 2) appended, then 128 steps from the last round
+    ./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed $((round - 2)) \
+        --max-tokens 128 --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_own.jsonl"
+    [ -d "$RUN/chat_own${round}_torch" ] || ./dev.sh python -m convert.torch_train --model "$MODEL" \
+        --mode lossless --targets self --data "$RUN/chat_own.jsonl" \
+        --init "$RUN/chat_round$((round - 1))" --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 \
+        --segment 64 --warmup 10 --steps 128 --max-length 320 --checkpoint-every 16 \
+        --device "${DEVICE:-cpu}" --out "$RUN/chat_own${round}_torch"
+    ./dev.sh specstream convert --from "$RUN/chat_own${round}_torch" --to "$RUN/chat_round$round" \
+        --overwrite
+done
 mkdir -p "$(dirname "$OUT")"
-./dev.sh specstream convert --from "$RUN/chat_own4_torch" --to "$OUT.tmp" --overwrite
+rm -rf "$OUT.tmp" && cp -r "$RUN/chat_round4" "$OUT.tmp"
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"

@@ -131,10 +131,14 @@ steps() {
     local S B MEM AB t p a
 
     # == The loop's overhead paired within rounds (issue 18) ==
-    # 7 interleaved rounds, the target's ratio per round (about 6 min); the section's two
-    # queued-blind variants were throwaway probes (/work/runs/s50), not rerun
-    step "The loop's overhead paired within rounds" ./dev.sh python benchmarks/loop_overhead.py \
-        --rounds 7 --json $R/loop_overhead_memstarved_1203.json
+    # 7 interleaved rounds, the target's ratio per round (about 6 min), then how soon
+    # mx.async_eval returns (under a minute); the section's three loop variants and its
+    # in-loop timers were throwaway probes (/work/runs/s50), not rerun
+    S="The loop's overhead paired within rounds"
+    step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 7 \
+        --json $R/loop_overhead_memstarved_1203.json
+    step "$S" ./dev.sh python benchmarks/async_eval_return.py --rounds 5 \
+        --json $R/async_eval_return_cpu_1203.json
 
     # == Qwen2.5-Coder-0.5B on the faster instance (issue 19) ==
     qwen_sql "Qwen2.5-Coder-0.5B on the faster instance" 1202
