@@ -501,6 +501,12 @@ steps() {
     # == The PyTorch path: parity with MLX (issue 7) == (unknown; the CUDA table: see the end)
     S="The PyTorch path: parity with MLX (issue 7)"
     step "$S" into $R/torch_parity.json ./dev.sh python benchmarks/torch_parity.py --max-tokens 48
+    # "The eighth lease": the taus each sized tree's acceptance statistics promise, read
+    # against that lease's reports (seconds; the reports themselves need a GPU)
+    step "$S" ./dev.sh python benchmarks/predicted_tau.py \
+        sql $R/cuda_h200_sql_sql_trees_f55ba5a.json chat $R/cuda_h200_chat_chat_trees_f55ba5a.json \
+        data2text $R/cuda_h200_data2text_e2e_trees_f55ba5a.json \
+        summarize $R/cuda_h200_summarize_dialogsum_trees_f55ba5a.json
 
     # == Side by side: `specstream bench` (issue 5) ==
     # the comparators' folders first when missing (each about an hour; data2text's 760 s), then
