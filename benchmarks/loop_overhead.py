@@ -9,7 +9,10 @@ static star tree) it times, interleaved over rounds, with the prompt's `--contex
   reading back: everything), and the plain decoding step (N = 1 without streams).
 The target's ratio, loop(N) / (plain step x forward(N) / forward(1)), is taken within each round
 from timings made one after the other, and its median over rounds reported (medians of each
-column drift apart on a CPU whose speed moves within minutes).
+column drift apart on a CPU whose speed moves within minutes), with the three factors it is the
+product of, each a median of the same rounds' ratios: loop(N) / pass(N) (what the loop adds to
+its pass), pass(N) / forward(N) (what the stream rows add to the model's rows) and
+forward(1) / plain step.
 
     ./dev.sh python benchmarks/loop_overhead.py [--model M] [--rounds 7] [--eager] [--json OUT]
 """
@@ -93,6 +96,9 @@ def main() -> None:
         timed(fn, 3)
     times = {key: [] for key in fns}
     ratios = {n: [] for n in NODES}  # loop / target, each from one round's adjacent timings
+    factors = {
+        n: {"loop_over_pass": [], "pass_over_forward": [], "forward1_over_plain": []} for n in NODES
+    }  # loop / target is their product, round by round
     for _ in range(args.rounds):
         for n in NODES:  # this CPU drifts ~15% in minutes: time what a ratio divides together
             now = {}
@@ -101,15 +107,18 @@ def main() -> None:
                 times[key].append(now[key])
             target = now[("plain", 1)] * now[("forward", n)] / now[("forward", 1)]
             ratios[n].append(now[("loop", n)] / target)
+            factors[n]["loop_over_pass"].append(now[("loop", n)] / now[("pass", n)])
+            factors[n]["pass_over_forward"].append(now[("pass", n)] / now[("forward", n)])
+            factors[n]["forward1_over_plain"].append(now[("forward", 1)] / now[("plain", 1)])
     ms = {key: statistics.median(v) for key, v in times.items()}
     plain = ms[("plain", 1)]
     rows = []
     print(f"plain decoding step: {plain:.1f} ms ({'compiled' if compiled else 'eager'})")
     print(
-        "| nodes | forward(N) ms | pass(N) ms | loop ms/pass | loop / pass | "
-        "loop / target, median of rounds (min-max) |"
+        "| nodes | forward(N) ms | pass(N) ms | loop ms/pass | loop / target, median of rounds "
+        "(min-max) | loop / pass | pass / forward(N) | forward(1) / plain |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for n in NODES:
         row = {
             "nodes": n,
@@ -119,12 +128,14 @@ def main() -> None:
             "target_ms": round(plain * ms[("forward", n)] / ms[("forward", 1)], 2),
             "loop_over_target": round(statistics.median(ratios[n]), 3),
             "loop_over_target_rounds": [round(r, 3) for r in ratios[n]],
+            **{k: round(statistics.median(v), 3) for k, v in factors[n].items()},
         }
         rows.append(row)
         print(
             f"| {n} | {row['forward_ms']} | {row['pass_ms']} | {row['loop_ms']} | "
-            f"{ms[('loop', n)] / ms[('pass', n)]:.3f} | {row['loop_over_target']:.3f} "
-            f"({min(ratios[n]):.3f}-{max(ratios[n]):.3f}) |"
+            f"{row['loop_over_target']:.3f} ({min(ratios[n]):.3f}-{max(ratios[n]):.3f}) | "
+            f"{row['loop_over_pass']:.3f} | {row['pass_over_forward']:.3f} | "
+            f"{row['forward1_over_plain']:.3f} |"
         )
     if args.json:
         report = {"model": loaded.name, "compiled": compiled, "plain_step_ms": round(plain, 2)}

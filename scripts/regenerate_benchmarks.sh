@@ -130,6 +130,17 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == Issue 18's CPU targets on an AMD instance ==
+    # 9 interleaved rounds with the ratio's three factors (about 8 min), then the fused adapter's
+    # plain decoding, six runs (about 7 min; their reports gathered by hand into one file)
+    S="Issue 18's CPU targets on an AMD instance"
+    step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 9 \
+        --json $R/loop_overhead_amd_1204.json
+    for i in 1 2 3 4 5 6; do
+        step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 \
+            --max-tokens 64 --json runs/fused_lora_amd_1204_r$i.json
+    done
+
     # == The loop's overhead paired within rounds (issue 18) ==
     # 7 interleaved rounds, the target's ratio per round (about 6 min), then how soon
     # mx.async_eval returns (under a minute); the section's three loop variants and its
