@@ -132,13 +132,20 @@ steps() {
 
     # == Issue 18's CPU targets on an AMD instance ==
     # 9 interleaved rounds with the ratio's three factors (about 8 min), then the fused adapter's
-    # plain decoding, six runs (about 7 min; their reports gathered by hand into one file)
+    # plain decoding, six runs (about 7 min; their reports gathered by hand into one file), then
+    # the three writing tools side by side with mlx-lm (about 18 min)
     S="Issue 18's CPU targets on an AMD instance"
     step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 9 \
         --json $R/loop_overhead_amd_1204.json
     for i in 1 2 3 4 5 6; do
         step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 \
             --max-tokens 64 --json runs/fused_lora_amd_1204_r$i.json
+    done
+    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
+        read -r t p a <<< "$suite"
+        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
+            --json $R/bench_${t}_amd_1204.json --markdown $R/bench_${t}_amd_1204.md
     done
 
     # == The loop's overhead paired within rounds (issue 18) ==
