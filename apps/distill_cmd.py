@@ -80,7 +80,12 @@ def source_prompts(args) -> list:
     import specstream_mlx as ss
     from specstream_mlx.jsonl import read_rows
     from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
-    from specstream_mlx.training.instructions import FILE, Instruction, instructions_split
+    from specstream_mlx.training.instructions import (
+        FILE,
+        Instruction,
+        instructions_split,
+        task_items,
+    )
 
     if args.prompts:
         rows = read_rows(args.prompts, _prompt_row, "prompts")
@@ -94,29 +99,11 @@ def source_prompts(args) -> list:
     elif args.instructions is not None:
         items = instructions_split(args.instructions or Path(args.data_dir) / FILE, args.split)
     elif args.task:
-        items = _task_prompts(args.task, args.data_file, args.seed)
+        items = task_items(args.task, args.data_file, args.seed)
     else:
         kinds = mix_kinds(args.mix_kinds)
         items = chat_mix_items(args.data_dir, args.chat_prompts, args.seed, kinds)
     return items[: args.limit]
-
-
-def _task_prompts(task: str, data_file: str | None, seed: int) -> list:
-    """The prompts of `task`'s examples in `data_file`, shuffled by `seed`; each row's source
-    names the data file, its category the task."""
-    import random
-    from pathlib import Path
-
-    import specstream_mlx as ss
-    from specstream_mlx.tasks import get_task, read_task_examples
-    from specstream_mlx.training.instructions import Instruction
-
-    if not data_file:
-        raise ss.SpecstreamError("--task needs --data-file (the task's data, e.g. its train split)")
-    examples = read_task_examples(task, data_file)
-    random.Random(seed).shuffle(examples)
-    source = f"{get_task(task).dataset} {Path(data_file).name}"
-    return [Instruction(ex.prompt, source, task) for ex in examples]
 
 
 def _prompt_row(row) -> dict:

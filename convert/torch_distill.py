@@ -21,6 +21,10 @@ prompts are of those kinds, which the instruction answers do not cover. Repeated
 answered once. `--mix-kinds` keeps some kinds only; by default every kind but the DialogSum
 dialogues, whose licence (CC BY-NC-SA 4.0) would make the `chat` adapter non-commercial
 (`--mix-kinds all` keeps them).
+
+`--task TASK --data-file FILE` answers a writing tool's prompts for FILE's examples in the
+order `specstream distill --task` draws (`--seed`): a lossless adapter's streams learning what
+the model itself writes for that tool (Qwen's `sql`, scripts/cuda_train.sh `own`).
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ from pathlib import Path
 import torch
 
 from specstream_mlx.errors import SpecstreamError
+from specstream_mlx.tasks import TASKS
 from specstream_mlx.training.chat_prompts import chat_mix_items, mix_kinds
 from specstream_mlx.training.distill import DistillStats, make_row, still_to_answer
-from specstream_mlx.training.instructions import Instruction, instructions_split
+from specstream_mlx.training.instructions import Instruction, instructions_split, task_items
 
 from .torch_base import TorchBase, load_base
 
@@ -113,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     prompts = parser.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--instructions", help="instructions.jsonl")
     prompts.add_argument("--chat-mix", type=int, help="N prompts of the chat mix (train splits)")
+    prompts.add_argument(
+        "--task", choices=sorted(TASKS), help="a writing tool's prompts for --data-file's examples"
+    )
+    parser.add_argument("--data-file", help="--task: its data file (for instance its train split)")
     parser.add_argument("--data", default=os.environ.get("SPECSTREAM_DATA", "../shared/data"))
-    parser.add_argument("--seed", type=int, default=0, help="the chat mix's shuffle")
+    parser.add_argument("--seed", type=int, default=0, help="the chat mix's or the task's order")
     parser.add_argument(
         "--mix-kinds",
         help="the chat mix's kinds to answer: all, or a comma list (default: every kind but "
@@ -134,11 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.batch_size < 1 or args.max_tokens < 1:
             raise SpecstreamError("--batch-size and --max-tokens must be at least 1")
+        if args.data_file and args.task is None:
+            raise SpecstreamError("--data-file goes with --task (the writing tool's data file)")
         if args.chat_mix is not None:
             if args.chat_mix < 1:
                 raise SpecstreamError("--chat-mix must be at least 1")
             kinds = mix_kinds(args.mix_kinds)
             items = chat_mix_items(args.data, args.chat_mix, args.seed, kinds)[: args.limit]
+        elif args.task is not None:
+            items = task_items(args.task, args.data_file, args.seed)[: args.limit]
         else:
             items = instructions_split(args.instructions, args.split)[: args.limit]
         base = load_base(args.model, args.device)

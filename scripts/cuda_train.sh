@@ -46,6 +46,14 @@
 # took 304 and 333 s: ~19 steps/s together, against ~14 for the 12-layer rank-8 recipe alone
 # (0.073 s a step, the fifth lease). A call returns at most 8 files: 3 rows.
 #
+# `own TASK` (MODEL=qwen2.5-coder-0.5b-instruct; sql) makes the shipped Qwen adapter's next
+# round on the GPU: the model's own greedy answers to the first OWN (1100) prompts of the task's
+# train split in the seeded order `specstream distill --task` draws (convert/torch_distill.py
+# --task), then the shipped adapter continued on them for STEPS (250) x BATCH (4) with its
+# recipe (--init; lossless, --targets self); back as $OUT/TASK_torch.tar (`import` converts it)
+# and $OUT/TASK_own.jsonl.gz. Rehearsed on the CPU with `DEVICE=cpu TORCH_PYTHON="./dev.sh
+# python" OWN=2 STEPS=1 BATCH=1 OUT=runs/cuda_own_rehearsal bash scripts/cuda_train.sh own sql`.
+#
 # `distill` (the default model; after `prepare`, carrying runs/cudadata and the model's parts as
 # for `run`) answers the instruction prompts of the train split that corpus/ lacks with
 # convert/torch_distill.py (batched greedy `generate`, DISTILL_BATCH=128 prompts a batch;
@@ -185,6 +193,32 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
     # only the new rows come back (the rest are in corpus/ already)
     tail -n +"$((kept + 1))" "$rows" | gzip -c > "$out/instructions_train_gpu.jsonl.gz"
     ;;
+own)  # TASK: a Qwen adapter's next round on the GPU: the model's own answers, then the shipped
+    # adapter continued on them (scripts/make_qwen_sql_adapter.sh's round 2 at OWN prompts)
+    task=${2:?usage: scripts/cuda_train.sh own TASK}
+    [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
+    model=$(cat runs/cuda1/model.txt)
+    init=specstream_mlx/adapters/$model/$task
+    [ -d "$init" ] || { echo "no shipped $task adapter for $model to continue" >&2; exit 2; }
+    out=${OUT:-runs}
+    trained=${TRAIN_DIR:-runs/cuda/train}
+    mkdir -p "$out" runs/cuda/own
+    bash scripts/cuda_validate.sh join
+    unpack "$task"
+    rows=runs/cuda/own/${task}_own.jsonl
+    PYTHONUNBUFFERED=1 ${TORCH_PYTHON:-python3} -m convert.torch_distill --model runs/cuda/model.gguf \
+        --task "$task" --data-file "runs/cuda/data/$(files "$task")" --limit "${OWN:-1100}" \
+        --max-tokens 96 --batch-size "${DISTILL_BATCH:-128}" --device "${DEVICE:-cuda}" \
+        --out "$rows" 2>&1 | tee -a "$out/${task}_own.log"
+    gzip -c "$rows" > "$out/${task}_own.jsonl.gz"
+    [ -f "$trained/${task}_torch/streams.safetensors" ] ||
+        PYTHONUNBUFFERED=1 ${TORCH_PYTHON:-python3} -m convert.torch_train --model runs/cuda/model.gguf \
+            --mode lossless --targets self --data "$rows" --init "$init" --n-msa-layers 8 \
+            --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps "${STEPS:-250}" \
+            --batch-size "${BATCH:-4}" --max-length 320 --device "${DEVICE:-cuda}" \
+            --out "$trained/${task}_torch" --overwrite 2>&1 | tee -a "$out/${task}_train.log"
+    tar -C "$trained" -cf "$out/${task}_torch.tar" "${task}_torch"
+    ;;
 rehearse)  # `run` here, on the CPU: the join, the data and two training steps
     rm -rf runs/cuda/train
     DEVICE=cpu TORCH_PYTHON="./dev.sh python" STEPS=2 CHAT_STEPS=2 BATCH=2 OUT=runs/cuda_train_rehearsal \
@@ -264,7 +298,7 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
     done
     ;;
 *)
-    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | rows TASK NAME:VAR=V... | distill | import FOLDER" >&2
+    echo "usage: scripts/cuda_train.sh prepare | rehearse [TASK] | run TASK [TASK...] | rows TASK NAME:VAR=V... | own TASK | distill | import FOLDER" >&2
     exit 2
     ;;
 esac

@@ -1004,6 +1004,31 @@ def test_torch_distiller_writes_the_mlx_distillers_rows_and_resumes(tiny_folders
     assert rows(torch_out) == rows(mlx_out)
 
 
+def test_torch_distiller_answers_a_writing_tools_prompts(tiny_folders, data, tmp_path, capsys):
+    """`--task TASK --data-file FILE` answers the writing tool's prompts in the seeded order
+    `specstream distill --task` draws (the same first `--limit`), each row naming the data set;
+    --data-file without --task is an error, not a traceback."""
+    from specstream_apps.cli import build_parser
+    from specstream_apps.distill_cmd import source_prompts
+
+    from convert.torch_distill import main as distill_main
+
+    train = data / "sql" / "train.jsonl"
+    out = tmp_path / "sql_own.jsonl"
+    argv = ["--model", str(tiny_folders["llama"]), "--out", str(out), "--max-tokens", "4"]
+    argv += ["--device", "cpu", "--task", "sql", "--data-file", str(train), "--seed", "2"]
+    assert distill_main([*argv, "--limit", "5"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    mlx_argv = ["distill", "--task", "sql", "--data-file", str(train), "--out", "o.jsonl"]
+    mlx_items = source_prompts(build_parser().parse_args([*mlx_argv, "--seed", "2"]))
+    assert sorted(r["prompt"] for r in rows) == sorted(it.prompt for it in mlx_items[:5])
+    assert {(r["source"], r["category"]) for r in rows} == {("sql train.jsonl", "sql")}
+    capsys.readouterr()
+    bad = ["--model", str(tiny_folders["llama"]), "--out", str(out), "--instructions", "x.jsonl"]
+    assert distill_main([*bad, "--data-file", str(train), "--device", "cpu"]) == 2
+    assert "--data-file" in capsys.readouterr().err
+
+
 def test_torch_distiller_answers_the_chat_mix(tiny_folders, data, tmp_path, capsys):
     """`--chat-mix N` distils the chat suite's kinds of prompts from the train splits, each row
     naming the data set its prompt came from, without DialogSum's non-commercial dialogues

@@ -60,3 +60,19 @@ def instructions_split(path: str | Path, split: str) -> list[Instruction]:
         raise SpecstreamError(f"split must be train or dev, not {split!r}")
     want_dev = split == "dev"
     return [r for r in read_instructions(path) if is_dev(r.prompt) == want_dev]
+
+
+def task_items(task: str, data_file: str | Path | None, seed: int) -> list[Instruction]:
+    """The writing tool `task`'s prompts for the examples of `data_file`, shuffled by `seed`
+    (`specstream distill --task` and convert/torch_distill.py draw the same order); each row's
+    source names the data set and file, its category the task."""
+    import random
+
+    from ..tasks import get_task, read_task_examples
+
+    if not data_file:
+        raise SpecstreamError("--task needs --data-file (the task's data, e.g. its train split)")
+    examples = read_task_examples(task, data_file)
+    random.Random(seed).shuffle(examples)
+    source = f"{get_task(task).dataset} {Path(data_file).name}"
+    return [Instruction(ex.prompt, source, task) for ex in examples]
