@@ -155,4 +155,7 @@ def static_taus(acceptance: Acceptance, gamma: int) -> dict[int, float]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ss.SpecstreamError as exc:  # a bad adapter or data file: its message, no traceback
+        raise SystemExit(f"error: {exc}") from None
