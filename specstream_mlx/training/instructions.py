@@ -11,11 +11,13 @@ that over 300 remain for validation after the degenerate answers (about 18%) are
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecstreamError
 from ..jsonl import BadRow, read_rows
+from ..tasks import get_task, read_task_examples
 
 FILE = "instructions/instructions.jsonl"  # under the data folder (../shared/data)
 DEV_FRACTION = 0.03
@@ -66,10 +68,6 @@ def task_items(task: str, data_file: str | Path | None, seed: int) -> list[Instr
     """The writing tool `task`'s prompts for the examples of `data_file`, shuffled by `seed`
     (`specstream distill --task` and convert/torch_distill.py draw the same order); each row's
     source names the data set and file, its category the task."""
-    import random
-
-    from ..tasks import get_task, read_task_examples
-
     if not data_file:
         raise SpecstreamError("--task needs --data-file (the task's data, e.g. its train split)")
     examples = read_task_examples(task, data_file)
