@@ -113,6 +113,17 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
         --json $R/bench_${name}_sql.json --markdown $R/bench_${name}_sql.md
 }
 
+writing_tools() {  # writing_tools SECTION TAG: the three writing tools on their dev sets
+    # side by side with mlx-lm (10 prompts x 96 tokens), into $R/bench_{sql,e2e,dialogsum}_TAG.*
+    local section=$1 tag=$2 suite t p a
+    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
+        read -r t p a <<< "$suite"
+        step "$section" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
+            --json $R/bench_${t}_$tag.json --markdown $R/bench_${t}_$tag.md
+    done
+}
+
 qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min), then the
     # sql dev set side by side (16 prompts x 64 tokens, 12-15 min), into
     # $R/calibration_qwen_sql_intel_DAY.json and $R/bench_qwen_sql_intel_DAY.{json,md}
@@ -132,7 +143,7 @@ steps() {
 
     # == Issue 18's CPU targets on an AMD instance ==
     # 9 interleaved rounds with the ratio's three factors (about 8 min), then the fused adapter's
-    # plain decoding, six runs (about 7 min; their reports gathered by hand into one file), then
+    # plain decoding, six runs (about 7 min; their reports gathered into one file), then
     # the three writing tools side by side with mlx-lm (about 18 min)
     S="Issue 18's CPU targets on an AMD instance"
     step "$S" ./dev.sh python benchmarks/loop_overhead.py --rounds 9 \
@@ -141,12 +152,10 @@ steps() {
         step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 \
             --max-tokens 64 --json runs/fused_lora_amd_1204_r$i.json
     done
-    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
-        read -r t p a <<< "$suite"
-        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
-            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
-            --json $R/bench_${t}_amd_1204.json --markdown $R/bench_${t}_amd_1204.md
-    done
+    step "$S" into $R/fused_lora_amd_1204.json python3 -c 'import json, sys
+print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1))' \
+        runs/fused_lora_amd_1204_r{1,2,3,4,5,6}.json
+    writing_tools "$S" amd_1204
 
     # == The loop's overhead paired within rounds (issue 18) ==
     # 7 interleaved rounds, the target's ratio per round (about 6 min), then how soon
@@ -166,12 +175,7 @@ steps() {
     # with and without device passes, paired on sql and dialogsum (about 10 min). The section's
     # host-vs-device probe of `ss` and its pass census were throwaway scripts, not rerun.
     S="A faster instance"
-    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
-        read -r t p a <<< "$suite"
-        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
-            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
-            --json $R/bench_${t}_1202.json --markdown $R/bench_${t}_1202.md
-    done
+    writing_tools "$S" 1202
     for suite in "sql sql/dev.jsonl sql" "dialogsum dialogsum/dev.jsonl summarize"; do
         read -r t p a <<< "$suite"
         step "$S" ./dev.sh python benchmarks/grafted_lookup.py --adapter "$a" --suite "$t" \
