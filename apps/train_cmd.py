@@ -68,6 +68,23 @@ def add_parser(subparsers) -> None:
         "per MSA layer on the stream rows' attention input (what they attend to, and carry)",
     )
     p.add_argument(
+        "--parent-rank",
+        type=non_negative_int,
+        default=0,
+        help="lossless: each stream gets a parent head of this rank after the MSA layers, which "
+        "reads the token before its target (stream 1: the main stream's own next token; stream "
+        "j: stream j-1's guess). Costs one head pass per drafted stream, in turn. 0 = none",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_adapter",
+        default=None,
+        metavar="ADAPTER",
+        help="with --parent-rank: train only parent heads on this trained lossless adapter's "
+        "streams (frozen, their states computed once per sequence); the adapter's stream "
+        "settings replace --gamma, --msa-layers and the rest",
+    )
+    p.add_argument(
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
     )
     p.add_argument("--lora-scale", type=float, default=20.0, help="LoRA scale (shared, next-token)")
@@ -132,6 +149,29 @@ def step_progress(bar: Progress):
     return on_step
 
 
+def with_parent_heads(loaded, adapter: str, rank: int):
+    """A trained lossless adapter's streams with new parent heads of `rank` (replacing any it
+    had), and the record of how its streams were made (their data's sources and licences)."""
+    import json
+    from dataclasses import replace
+
+    from mlx.utils import tree_flatten, tree_unflatten
+
+    from specstream_mlx.errors import SpecstreamError
+    from specstream_mlx.streams.adapter_io import CONFIG, read_adapter, resolve_adapter
+    from specstream_mlx.streams.params import StreamParams
+
+    streams = read_adapter(adapter, loaded).streams
+    if streams is None or streams.config.mode != "lossless":
+        raise SpecstreamError(f"--from {adapter}: not a lossless stream adapter")
+    config = replace(streams.config, parent_rank=rank, tree=None)
+    params = StreamParams(config, loaded.config["hidden_size"])
+    own = tree_flatten(streams.parameters())
+    params.update(tree_unflatten([(k, v) for k, v in own if not k.startswith("parent_heads")]))
+    record = json.loads((resolve_adapter(adapter, loaded) / CONFIG).read_text())
+    return params, {"adapter": str(adapter), "training": record.get("training")}
+
+
 def run(args) -> int:
     from pathlib import Path
 
@@ -148,6 +188,10 @@ def run(args) -> int:
         raise ss.SpecstreamError(
             f"--targets {args.targets} is for --mode lossless, not {args.mode}"
         )
+    if args.from_adapter and (args.mode != "lossless" or not args.parent_rank):
+        raise ss.SpecstreamError("--from trains parent heads: it needs --parent-rank, lossless")
+    if args.parent_rank and args.mode != "lossless":
+        raise ss.SpecstreamError(f"--parent-rank is for --mode lossless, not {args.mode}")
     output_folder(args.out, "--out", args.overwrite)
     loaded = ss.load(args.model, precision=args.precision)
     data = load_dataset(args.data, loaded.tokenizer, args.max_length, args.task)
@@ -159,13 +203,15 @@ def run(args) -> int:
             raise ss.SpecstreamError("too few examples to hold some out: pass --val")
         val = data.hold_out(n_val)
     baseline = args.mode == "next-token"  # no streams: LoRA layers alone
-    params = heads = None
+    params = heads = streams_from = None
     if args.mode == "medusa":
         from specstream_mlx.baselines.medusa import MedusaConfig, new_heads
         from specstream_mlx.models.arch import arch_of
 
         config = MedusaConfig(args.gamma, args.tree_top_k, args.gamma + 1)
         heads = new_heads(loaded, arch_of(loaded.model, loaded.config["model_type"]), config)
+    elif args.from_adapter:
+        params, streams_from = with_parent_heads(loaded, args.from_adapter, args.parent_rank)
     elif not baseline:
         stream_config = StreamConfig(
             gamma=args.gamma,
@@ -178,6 +224,7 @@ def run(args) -> int:
             shared_stream_adapters=not args.no_stream_adapters,
             next_token_guess=args.next_token_guess,
             attention_adapters=args.attention_adapters,
+            parent_rank=args.parent_rank,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
     if args.mode in ("shared", "next-token"):
@@ -194,6 +241,7 @@ def run(args) -> int:
         segment=args.segment,
         lora_learning_rate=args.lora_lr,
         targets=args.targets,
+        parents_only=bool(args.from_adapter),
     )
     print(
         f"train: {len(data)} examples ({data.truncated} truncated to {args.max_length}), "
@@ -229,6 +277,8 @@ def run(args) -> int:
             "loss_curve": loss_curve(progress["history"]),
         }
     }
+    if args.from_adapter:  # the streams' own training (its data's sources and licences) travels
+        extra["training"]["streams_from"] = streams_from
     if heads is not None:
         from specstream_mlx.baselines.medusa import save_medusa
 

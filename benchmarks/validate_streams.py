@@ -4,7 +4,10 @@ adapters trained in different runs (or shipped) compare on the same rows. It als
 early-exit head's top-1 (the pruning projection's next-token guess at the pruning point: what
 `--next-token-guess` feeds the streams, so a ceiling on what that option can give them).
 `--oracle-guess` (adapters trained with `--next-token-guess`) gives their streams the true next
-token instead of the early exit's guess: what a perfect guess would give those streams.
+token instead of the early exit's guess: what a perfect guess would give those streams. Streams
+with parent heads (`--parent-rank`) are scored as decoding drafts them: stream 1 reads the
+text's next token (on the base's own answers, the main stream's greedy token), stream j stream
+j - 1's best token.
 
     ./dev.sh python benchmarks/validate_streams.py --adapter chat --data DEV.jsonl
         [--max-length 512] [--targets text|self] [--oracle-guess] [--json OUT.json]

@@ -7,7 +7,8 @@ PyTorch folder (written by convert.torch_train, read by convert.torch_streams' l
 - `streams.safetensors`: `stream_embeddings` (gamma, d), `adapters.{i}.down.weight` (r, d),
   `adapters.{i}.up.weight` (d, r), `prune.down.weight`, `prune.up.weight` (torch Linear layout),
   with attention_adapters `attention_adapters.{i}.down.weight` / `.up.weight` as well, and with
-  next_token_guess `guess` (d, d), applied as x @ guess in both runtimes;
+  next_token_guess `guess` (d, d), applied as x @ guess in both runtimes, and with parent_rank
+  `parent_heads.{j}.a` (2d, r) and `.b` (r, d), likewise;
 - shared mode only, a PEFT LoRA folder: `adapter_config.json` (peft LoraConfig) and
   `adapter_model.safetensors` (`base_model.model.model.layers.{L}.{module}.lora_A.weight` (r, in)
   and `lora_B.weight` (out, r)), loadable with `peft.PeftModel.from_pretrained`.
@@ -60,6 +61,7 @@ _ADAPTERS = "(adapters|attention_adapters)"  # the MLP path's, and the attention
 _STREAM_T2M = [  # torch name pattern -> MLX name, transposed
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
     (re.compile(r"^guess$"), lambda m: "guess", False),
+    (re.compile(r"^parent_heads\.(\d+)\.([ab])$"), lambda m: f"parent_heads.{m[1]}.{m[2]}", False),
     (re.compile(rf"^{_ADAPTERS}\.(\d+)\.down\.weight$"), lambda m: f"{m[1]}.{m[2]}.a", True),
     (re.compile(rf"^{_ADAPTERS}\.(\d+)\.up\.weight$"), lambda m: f"{m[1]}.{m[2]}.b", True),
     (re.compile(r"^prune\.down\.weight$"), lambda m: "prune.a", True),
@@ -68,6 +70,7 @@ _STREAM_T2M = [  # torch name pattern -> MLX name, transposed
 _STREAM_M2T = [
     (re.compile(r"^stream_embeddings$"), lambda m: "stream_embeddings", False),
     (re.compile(r"^guess$"), lambda m: "guess", False),
+    (re.compile(r"^parent_heads\.(\d+)\.([ab])$"), lambda m: f"parent_heads.{m[1]}.{m[2]}", False),
     (re.compile(rf"^{_ADAPTERS}\.(\d+)\.a$"), lambda m: f"{m[1]}.{m[2]}.down.weight", True),
     (re.compile(rf"^{_ADAPTERS}\.(\d+)\.b$"), lambda m: f"{m[1]}.{m[2]}.up.weight", True),
     (re.compile(r"^prune\.a$"), lambda m: "prune.down.weight", True),

@@ -30,6 +30,15 @@ def one_tree_step(loaded, params, base, streams, prompt: list[int], tree: Tree):
     return out, survivors, main.float().cpu().numpy(), stream.float().cpu().numpy()
 
 
+def mlx_stream_logits(loaded, params, out) -> np.ndarray:
+    """An MLX TreeOutput's stream logits (M, gamma, V), as numpy: from its head pass, or each
+    survivor's own (parent heads read the main stream's token first)."""
+    if out.stream_logits is not None:
+        return np.array(out.stream_logits)
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    return np.stack([np.array(out.streams_of(arch, params, m)) for m in range(len(out.survivors))])
+
+
 def decode_both(loaded, params, base, streams, prompt: list[int], n: int, **kw):
     """Greedy speculative decoding of `n` tokens in each runtime: (MLX steps, torch steps)."""
     arch = arch_of(loaded.model, loaded.config["model_type"])

@@ -48,6 +48,23 @@ class LowRank(nn.Module):
         return self.up(self.down(x))
 
 
+class ParentHead(nn.Module):
+    """StreamParams' ParentHead: h + b(silu(a([rms(h); rms(e)]))), x @ a as in MLX."""
+
+    def __init__(self, dims: int, rank: int):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(2 * dims, rank) * (2 * dims) ** -0.5)
+        self.b = nn.Parameter(torch.zeros(rank, dims))
+
+    def forward(self, h: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([_rms(h), _rms(e)], dim=-1)
+        return h + torch.nn.functional.silu(x @ self.a) @ self.b
+
+
+def _rms(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    return x * torch.rsqrt(x.float().pow(2).mean(dim=-1, keepdim=True) + eps).to(x.dtype)
+
+
 class TorchStreams(nn.Module):
     """Stream identifier embeddings (gamma, d), one stream adapter per MSA layer (stream rows of
     the MLP path only) and the pruning projection o(h) = h + low_rank(h) feeding the base head
@@ -65,6 +82,9 @@ class TorchStreams(nn.Module):
         self.prune = LowRank(dims, config.prune_rank)
         if config.next_token_guess:  # x @ guess, as StreamParams.guess
             self.guess = nn.Parameter(torch.zeros(dims, dims))
+        if config.parent_rank:
+            heads = (ParentHead(dims, config.parent_rank) for _ in range(config.gamma))
+            self.parent_heads = nn.ModuleList(heads)
 
     @torch.no_grad()
     def randomize(self, seed: int) -> TorchStreams:
@@ -244,8 +264,21 @@ def tree_forward(
     kept = view.tensor(survivors).long()
     depths = view.tensor(tree.depths)[kept]
     x = msa_layers(view, streams, h[:, kept], depths, anc, caches, prefix, gamma)
+    if cfg.parent_rank and gamma:  # decoding.tree_step.stream_logits
+        main = view.head(x[0, :m])
+        return survivors, main, stream_logits(view, streams, x[0, m:].reshape(m, gamma, -1), main)
     logits = view.head(x[0])  # (M (1 + g), V): one head pass for main and stream rows
     return survivors, logits[:m], logits[m:].reshape(m, gamma, -1)
+
+
+def stream_logits(view: View, streams: TorchStreams, hidden: torch.Tensor, main: torch.Tensor):
+    """(M, g, d) -> (M, g, V) with parent heads: stream 1 reads the main stream's greedy token
+    at each node, stream j stream j - 1's best token, one stream after the other."""
+    parents, out = main.argmax(dim=-1), []
+    for j in range(hidden.shape[1]):
+        out.append(view.head(streams.parent_heads[j](hidden[:, j], view.embed(parents))))
+        parents = out[-1].argmax(dim=-1)
+    return torch.stack(out, dim=1)
 
 
 def chain(tokens: list[int]) -> Tree:

@@ -34,7 +34,13 @@
 #    uncalibrated default tree (k=1, 2 nodes: `calibrate` plans the real one from the latency
 #    curve) and its acceptance statistics on the chat suite's items 40-87 (40-51 until
 #    2026-12-01: too few positions, they promised more than the streams gave; OUT=FOLDER writes
-#    there instead of the shipped folder).
+#    there instead of the shipped folder);
+# 5. parent heads (since 2026-12-04): `specstream train --parent-rank PARENT_RANK (128) --from`
+#    step 4's folder, on the first PARENT_ROWS (400) rows of the unpacked instruction answers
+#    (315 usable, 16 held out for validation), PARENT_STEPS (300) steps of batch 4 at lr 1e-3,
+#    segment 64, warmup 20: only the heads train, on the streams' frozen states (about 40 min
+#    on the 2-core dev CPU beside the test suite); PARENT_RANK=0 skips it (the five-round
+#    `chat` shipped before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -105,5 +111,15 @@ c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+if [ "${PARENT_RANK:-128}" != 0 ]; then
+    head -n "${PARENT_ROWS:-400}" "$RUN/instructions_train.jsonl" > "$RUN/chat_parent_rows.jsonl"
+    ./dev.sh specstream train --mode lossless --parent-rank "${PARENT_RANK:-128}" --from "$OUT" \
+        --data "$RUN/chat_parent_rows.jsonl" --out "$RUN/chat_parent" --overwrite \
+        --steps "${PARENT_STEPS:-300}" --batch-size 4 --segment 64 --lr 1e-3 --warmup 20 \
+        --val-every 100 --checkpoint-every 25
+    rm -rf "$OUT.tmp" && cp -r "$RUN/chat_parent" "$OUT.tmp"
+    [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
+    rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+fi
 ./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --suite chat --data "$DATA_DIR" \
     --limit 48 --max-tokens 96

@@ -539,9 +539,14 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
     def pass_ms(nodes: int, depth: int) -> float:
         # lossless: only the streams the next draft needs run; shared: all (the main stream
         # attends to them). Streams that know the next token add the early-exit head on the
-        # nodes (tree_step.early_exit_guess).
+        # nodes (tree_step.early_exit_guess); streams that read their parent's token, a head
+        # pass on one row per drafted stream after the main stream's (tree_step.stream_logits).
         streams = cfg.gamma if shared else depth
         guess = curve.head(nodes) if cfg.next_token_guess else 0.0
+        if cfg.parent_rank:
+            return (
+                curve.pass_ms(nodes, streams, cfg.n_msa_layers, 0) + depth * curve.head(1) + guess
+            )
         return curve.pass_ms(nodes, streams, cfg.n_msa_layers, depth) + guess
 
     plain = curve.plain_ms

@@ -51,9 +51,22 @@ def streams_for(loaded, seed=0, **config):
     seed=st.integers(0, 1000),
     guess=st.booleans(),
     attn=st.booleans(),
+    parent=st.sampled_from([0, 4]),
 )
 def test_lossless_equals_plain_greedy(
-    tiny_models, family, gamma, top_k, n_msa, threshold, cap, prompt, length, seed, guess, attn
+    tiny_models,
+    family,
+    gamma,
+    top_k,
+    n_msa,
+    threshold,
+    cap,
+    prompt,
+    length,
+    seed,
+    guess,
+    attn,
+    parent,
 ):
     loaded = tiny_models[family]
     params = streams_for(
@@ -66,6 +79,7 @@ def test_lossless_equals_plain_greedy(
         max_tree_nodes=cap,
         next_token_guess=guess,
         attention_adapters=attn,
+        parent_rank=parent,
     )
     plain = ss.generate(loaded, prompt, max_tokens=length)
     spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
@@ -327,6 +341,7 @@ def test_adapter_with_wrong_shapes_lists_every_problem(tiny_models, tmp_path):
             "attention_adapters needs the streams' own adapters",
         ),
         (dict(attention_adapters="yes"), "attention_adapters must be true or false"),
+        (dict(parent_rank=-1), "parent_rank must be a whole number >= 0"),
     ],
 )
 def test_bad_stream_config(tiny_models, config, fragment):

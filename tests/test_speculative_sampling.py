@@ -193,9 +193,9 @@ def trained_streams(tiny, tmp_path_factory):
     return params
 
 
-def untrained_streams(tiny):
-    cfg = StreamConfig(gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4).validate(4)
-    return StreamParams(cfg, tiny.config["hidden_size"]).randomize(3)
+def untrained_streams(tiny, parent_rank=0):
+    cfg = StreamConfig(gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4, parent_rank=parent_rank)
+    return StreamParams(cfg.validate(4), tiny.config["hidden_size"]).randomize(3)
 
 
 def plain_distribution(loaded, prompt, sampling, n_tokens):
@@ -216,6 +216,9 @@ def plain_distribution(loaded, prompt, sampling, n_tokens):
     "streams_kind, sampling, decoder, n_tokens",
     [
         ("untrained", SamplingParams(0.7, top_k=4), "ss", 3),
+        # streams that read their parent's token (the main stream's greedy one, then the last
+        # stream's best): each depth's candidates still come from one fixed distribution
+        ("parent", SamplingParams(0.7, top_k=4), "ss", 3),
         ("trained", SamplingParams(0.7, top_k=4), "ss", 3),
         ("trained", SamplingParams(1.0, top_p=0.8, top_k=3), "ss", 3),
         ("trained", SamplingParams(1.0, top_k=3), "ss+pld", 3),
@@ -227,7 +230,11 @@ def plain_distribution(loaded, prompt, sampling, n_tokens):
 def test_speculative_sampling_equals_plain_sampling(
     tiny, trained_streams, streams_kind, sampling, decoder, n_tokens
 ):
-    streams = trained_streams if streams_kind == "trained" else untrained_streams(tiny)
+    streams = (
+        trained_streams
+        if streams_kind == "trained"
+        else untrained_streams(tiny, 4 if streams_kind == "parent" else 0)
+    )
     prompt = [5, 9, 5, 9, 5]  # repeats, so ss+pld's lookup drafts too
     runs = 1200
     exact = plain_distribution(tiny, prompt, sampling, n_tokens)

@@ -19,7 +19,7 @@ from specstream_apps.cli import main as cli
 
 import specstream_mlx as ss
 from convert import adapter_format as af
-from convert.parity import decode_both, one_tree_step
+from convert.parity import decode_both, mlx_stream_logits, one_tree_step
 from convert.torch_adapter import add_lora, load_torch_adapter, save_torch_adapter
 from convert.torch_base import ChatTokenizer, load_base
 from convert.torch_streams import (
@@ -75,13 +75,16 @@ def mlx_adapter(loaded, folder, mode, seed=0, **config):
 
 
 @pytest.mark.parametrize("family", TORCH_FAMILIES)
-@pytest.mark.parametrize("mode", ["lossless", "shared", "lossless+guess", "shared+attn"])
+@pytest.mark.parametrize(
+    "mode", ["lossless", "shared", "lossless+guess", "shared+attn", "lossless+parent"]
+)
 def test_tiny_logits_tokens_and_tau_agree_with_mlx(pairs, family, mode, tmp_path):
     loaded, base = pairs[family]
     config = dict(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=6, prune_threshold=0.01)
     mode, *extra = mode.split("+")
     config["next_token_guess"] = "guess" in extra
     config["attention_adapters"] = "attn" in extra
+    config["parent_rank"] = 4 if "parent" in extra else 0
     folder, params = mlx_adapter(loaded, tmp_path / "a", mode, seed=3, **config)
     params = load_adapter(folder, loaded)
     streams = load_torch_adapter(folder, base)  # an MLX folder, converted in memory
@@ -91,7 +94,7 @@ def test_tiny_logits_tokens_and_tau_agree_with_mlx(pairs, family, mode, tmp_path
         out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
         assert survivors == out.survivors and len(survivors) < len(tree)  # pruned alike
         assert np.abs(np.array(out.main_logits) - main).max() < TOL
-        assert np.abs(np.array(out.stream_logits) - stream).max() < TOL
+        assert np.abs(mlx_stream_logits(loaded, params, out) - stream).max() < TOL
         m, t = decode_both(loaded, params, base, streams, prompt, 24)
         assert [s.tokens for s in m] == [s.tokens for s in t]  # tokens, and per pass: tau
         assert [s.tree_nodes_kept for s in m] == [s.tree_nodes_kept for s in t]
@@ -385,7 +388,7 @@ def test_default_model_with_shipped_adapter_agrees(default_pair, adapter):
         out, survivors, main, stream = one_tree_step(loaded, params, base, streams, prompt, tree)
         assert survivors == out.survivors
         assert np.abs(np.array(out.main_logits) - main).max() < TOL
-        assert np.abs(np.array(out.stream_logits) - stream).max() < TOL
+        assert np.abs(mlx_stream_logits(loaded, params, out) - stream).max() < TOL
         m, t = decode_both(loaded, params, base, streams, prompt, 32, lookup=None)
         assert [s.tokens for s in m] == [s.tokens for s in t]
         assert sum(len(s.tokens) for s in t) / len(t) > 1  # drafts were accepted

@@ -531,3 +531,96 @@ def test_loss_curve_keeps_every_step_as_window_means():
         100.0,
     ]
     assert loss_curve([]) == []
+
+
+def test_parent_heads_read_the_decoders_parent_in_training(tiny):
+    """Stream 1's logits in parent-head training (self targets: the base's own greedy token is
+    each target's parent) equal the decoder's for the same position, which reads the main
+    stream's greedy token there; a stream j's read its true parent token."""
+    arch = arch_of(tiny.model, "llama")
+    params = params_for(tiny, 2, parent_rank=4)
+    ids = [5, 17, 99, 23, 42, 8, 77, 61, 3, 12]
+    mask = [False, False, True, True, True, True, True, True, True, True]
+    feats = forward.base_features(arch, params.config.n_msa_layers, ids, mask, "self")
+    states = forward.StreamStates.of(arch, params, feats)
+    for p in (1, 3, 5):
+        cache = make_prompt_cache(tiny.model)
+        tiny.model(mx.array(ids[:p])[None], cache=cache)
+        out = tree_forward(arch, params, draft_tree(ids[p], []), cache)
+        decoder = out.streams_of(arch, params, 0)[0]
+        row = int(np.searchsorted(states.positions, p))
+        head = params.parent_heads[0]
+        h = head(states.hidden[row, 0][None], arch.embed(feats.targets[p + 1][None]))
+        trained = arch.lm_head(arch.norm(h))[0]
+        assert mx.abs(decoder - trained).max().item() < 1e-4
+    _, nll = forward.parent_loss(arch, params, states, states.positions)
+    targets = np.array(feats.targets)
+    for j in range(1, 4):
+        rows = [i for i, p in enumerate(states.positions) if p + 1 + j < len(ids)]
+        rows = [i for i in rows if mask[states.positions[i] + 1 + j]]
+        at = mx.array([int(states.positions[i]) for i in rows])
+        h = params.parent_heads[j - 1](
+            states.hidden[mx.array(rows), j - 1], arch.embed(mx.array(targets)[at + j])
+        )
+        logits = arch.lm_head(arch.norm(h)).astype(mx.float32)
+        want = (
+            mx.logsumexp(logits, axis=-1)
+            - logits[mx.arange(len(rows)), mx.array(targets)[at + 1 + j]]
+        )
+        assert nll[j - 1].item() == pytest.approx(want.mean().item(), abs=1e-4)
+
+
+def test_parent_heads_train_alone_on_frozen_streams(tiny, data_file, tmp_path):
+    before = {k: np.array(v) for k, v in tree_flatten(tiny.model.parameters())}
+    data = load_dataset(data_file, tiny.tokenizer, 128)
+    params = params_for(tiny, parent_rank=4)
+    start = {k: np.array(v) for k, v in tree_flatten(params.parameters())}
+    progress = train(
+        tiny,
+        params,
+        data,
+        data.examples[:4],
+        tmp_path / "a",
+        TrainConfig(steps=12, batch_size=2, learning_rate=3e-3, val_every=12, parents_only=True),
+        QUIET,
+    )
+    losses = [h["loss"] for h in progress["history"]]
+    assert np.mean(losses[-3:]) < np.mean(losses[:3])
+    after = dict(tree_flatten(tiny.model.parameters()))
+    assert all(np.array_equal(before[k], np.array(after[k])) for k in before)
+    changed = {k for k, v in tree_flatten(params.parameters()) if not np.array_equal(start[k], v)}
+    assert changed == {k for k in start if k.startswith("parent_heads.")}
+    assert len(progress["validations"][-1]["stream_accuracy"]) == 3
+
+
+def test_train_cli_adds_parent_heads_to_a_trained_adapter(tiny_folders, tiny, data_file, tmp_path):
+    source = save_adapter(tmp_path / "streams", params_for(tiny, 4), tiny)
+    base = [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
+            str(tiny_folders["llama"]), "--data", str(data_file), "--steps", "3",
+            "--batch-size", "2", "--val-every", "3"]  # fmt: skip
+    out = tmp_path / "parents"
+    cmd = [*base, "--out", str(out), "--parent-rank", "4", "--from", str(source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["stream_config"]["parent_rank"] == 4
+    assert config["training"]["streams_from"]["adapter"] == str(source)
+    assert config["training"]["train_config"]["parents_only"] is True
+    was = read_adapter(source, tiny).streams
+    now = read_adapter(out, tiny).streams
+    own = dict(tree_flatten(now.parameters()))
+    for name, value in tree_flatten(was.parameters()):
+        assert np.array_equal(np.array(value), np.array(own.pop(name))), name
+    assert own and all(name.startswith("parent_heads.") for name in own)
+    loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
+    plain = ss.generate(loaded, "count from 3", max_tokens=16)
+    spec = ss.generate(loaded, "count from 3", max_tokens=16, decoder="ss")
+    assert spec.token_ids == plain.token_ids
+    alone = subprocess.run(
+        [*base, "--out", str(tmp_path / "b"), "--from", str(source)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert alone.returncode == 2
+    assert alone.stderr.strip().endswith(
+        "error: --from trains parent heads: it needs --parent-rank, lossless"
+    )

@@ -268,14 +268,33 @@ def valid_tree(raw, gamma, depth):
     length=st.integers(1, 24),
     seed=st.integers(0, 1000),
     guess=st.booleans(),
+    parent=st.sampled_from([0, 4]),
 )
 def test_static_trees_and_compiled_passes_equal_plain_greedy(
-    tiny_models, family, gamma, n_msa, raw, depth, compiled, lookup, prompt, length, seed, guess
+    tiny_models,
+    family,
+    gamma,
+    n_msa,
+    raw,
+    depth,
+    compiled,
+    lookup,
+    prompt,
+    length,
+    seed,
+    guess,
+    parent,
 ):
     loaded = tiny_models[family]
     paths = valid_tree(raw, gamma, depth)
     params = streams_for(
-        loaded, seed, gamma=gamma, n_msa_layers=n_msa, top_k=3, next_token_guess=guess
+        loaded,
+        seed,
+        gamma=gamma,
+        n_msa_layers=n_msa,
+        top_k=3,
+        next_token_guess=guess,
+        parent_rank=parent,
     )
     params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
     params.config.validate(loaded.config["num_hidden_layers"])
@@ -854,3 +873,18 @@ def test_streams_that_know_the_next_token_are_charged_their_head_pass(tiny_model
         params.acceptance = acceptance
         plans[guess] = calibration.plan_tree(loaded, params, curve)
     assert plans[False].paths and not plans[True].paths
+
+
+def test_streams_that_read_their_parent_are_charged_a_head_pass_each(tiny_models):
+    """Parent heads run the head once per drafted stream after the main stream's: with a head
+    as dear as the whole model, a tree that pays without them no longer does."""
+    loaded = tiny_models["llama"]
+    curve = flat_curve(loaded, per_row=0.01)
+    curve.head_ms = [loaded.config["num_hidden_layers"] * c for c in curve.head_ms]
+    acceptance = Acceptance(2, 100, {(0,): 60, (0, 0): 30})
+    plans = {}
+    for rank in (0, 4):
+        params = streams_for(loaded, 9, gamma=2, n_msa_layers=2, parent_rank=rank)
+        params.acceptance = acceptance
+        plans[rank] = calibration.plan_tree(loaded, params, curve)
+    assert plans[0].paths and not plans[4].paths

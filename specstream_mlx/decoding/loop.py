@@ -40,7 +40,7 @@ from .passes import Kept, Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
 from .tree import Tree
-from .tree_step import ONE_HEAD_PASS_ROWS, TreeOutput, prefill_with_streams, tree_forward
+from .tree_step import TreeOutput, one_head_pass, prefill_with_streams, tree_forward
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
 KV_GROUP_SIZE = 32  # for quantized KV caches; must divide the head dimension
@@ -331,7 +331,7 @@ class MlxForward:
             out = tree_forward(dec.arch, None, tree, caches)
         else:
             out = tree_forward(dec.arch, dec.streams, tree, caches, g, drafts, prune)
-        return MlxVerified(out, dec.arch)
+        return MlxVerified(out, dec.arch, dec.streams)
 
     def _streams(self, drafts: bool) -> int:
         """Streams each node runs in this pass: none where nothing is drafted from them and
@@ -346,7 +346,7 @@ class MlxForward:
         n, drafted = len(tree), self.dec.drafted
         heads = "main"
         if drafts:
-            heads = "one" if n * (1 + drafted) <= ONE_HEAD_PASS_ROWS else "split"
+            heads = "one" if one_head_pass(self.dec.streams, n * (1 + drafted)) else "split"
         main, extra = self.dec.passes.logits(tree, self.caches, g, heads, drafted)
         nodes = list(range(n))
         if heads == "one":
@@ -360,8 +360,8 @@ class MlxForward:
 class MlxVerified:
     """decoding.host's Verified on MLX: a TreeOutput read back on demand."""
 
-    def __init__(self, out: TreeOutput, arch: Arch):
-        self.out, self.arch, self.survivors = out, arch, out.survivors
+    def __init__(self, out: TreeOutput, arch: Arch, params: StreamParams | None):
+        self.out, self.arch, self.params, self.survivors = out, arch, params, out.survivors
         self._top: mx.array | None = None  # (M, g, k) every survivor's stream proposals
 
     def greedy(self, k: int) -> list[int]:
@@ -379,13 +379,15 @@ class MlxVerified:
     def stream_top(self, m: int, k: int) -> list[list[int]]:
         if self._top is not None:
             return self._top[m].tolist()
-        return top_k_ids(self.out.streams_of(self.arch, m), k).tolist()
+        return top_k_ids(self.out.streams_of(self.arch, self.params, m), k).tolist()
 
     def stream_probs(self, m: int, depth: int, sampling: SamplingParams) -> np.ndarray:
-        return np.array(probabilities(self.out.streams_of(self.arch, m)[:depth], sampling))
+        return np.array(
+            probabilities(self.out.streams_of(self.arch, self.params, m)[:depth], sampling)
+        )
 
     def stream_confidence(self, m: int) -> float:
-        return confidence(self.out.streams_of(self.arch, m)[0]).item()
+        return confidence(self.out.streams_of(self.arch, self.params, m)[0]).item()
 
     def hidden(self, m: int):
         return None if self.out.main_hidden is None else self.out.main_hidden[m]

@@ -30,7 +30,7 @@ import mlx.core as mx
 from ..models.arch import Arch
 from .policy import StaticShape
 from .tree import Tree, msa_mask
-from .tree_step import ONE_HEAD_PASS_ROWS, MsaRows, msa_layers
+from .tree_step import MsaRows, msa_layers, one_head_pass, stream_logits
 
 CAPACITY_STEP = 256
 MAX_TRACES = 48  # traces kept per Passes, least recently used dropped
@@ -272,14 +272,14 @@ class Passes:
             main, streams, caches = self._forward(tokens, offset, shape, states, n_streams)
             new_states = [c.keys for c in caches] + [c.values for c in caches]
             drafted_here = drafted if heads == "one" else 0
-            main_logits, stream_logits = self._heads(main, streams, drafted_here)
-            extra = stream_logits if heads == "one" else streams if heads == "split" else None
+            main_logits, together = self._heads(main, streams, drafted_here)
+            extra = together if heads == "one" else streams if heads == "split" else None
             return main_logits, extra, *new_states
 
         return run
 
     def _step_fn(self, n: int, depth: int, n_streams: int, draft: tuple[int, int], gated: bool):
-        arch = self.arch
+        arch, params = self.arch, self.params
         draft_depth, k = draft
 
         def run(root, drafts, offset, shape, static, *rest):
@@ -289,8 +289,8 @@ class Passes:
             tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
             states = Kept(kept_rows, kept_at).write(states)
             main, streams, caches = self._forward(tokens, offset, shape, states, n_streams)
-            one_pass = draft_depth > 0 and n * (1 + draft_depth) <= ONE_HEAD_PASS_ROWS
-            main_logits, stream_logits = self._heads(main, streams, draft_depth if one_pass else 0)
+            one_pass = draft_depth > 0 and one_head_pass(params, n * (1 + draft_depth))
+            main_logits, together = self._heads(main, streams, draft_depth if one_pass else 0)
             greedy = mx.argmax(main_logits, axis=-1)  # (N,)
             best, count = _accept(tokens, greedy, shape[1], shape[0], parents)
             path = paths[best]  # (D + 1,) root first, padded with `best`
@@ -306,9 +306,10 @@ class Passes:
             kept_rows = [mx.take(r, kept_path, axis=2) for r in rows]  # (1, H, K, hd)
             if draft_depth > 0:
                 if one_pass:
-                    at_best = stream_logits[best]  # (depth, V)
-                else:
-                    at_best = arch.lm_head(arch.norm(streams[best, :draft_depth]))
+                    at_best = together[best]  # (depth, V)
+                else:  # the streams read the accepted node's own next token
+                    hidden = streams[best, :draft_depth][None]
+                    at_best = stream_logits(arch, params, hidden, greedy[best][None])[0]
                 drafts = top_k_ids(at_best, k)  # (depth, k)
             moved = [out, count, greedy[best], drafts, offset + count]
             if gated:

@@ -21,6 +21,13 @@ from .tree import prune as prune_tree
 ONE_HEAD_PASS_ROWS = 64
 
 
+def one_head_pass(params: StreamParams | None, rows: int) -> bool:
+    """Whether the main and stream logits of `rows` rows come from one head pass: up to
+    ONE_HEAD_PASS_ROWS, unless the streams read their parent's token (parent heads), which
+    the main stream's logits decide first."""
+    return rows <= ONE_HEAD_PASS_ROWS and not (params is not None and params.config.parent_rank)
+
+
 @dataclass
 class TreeOutput:
     survivors: list[int]  # tree node indices that entered the MSA layers
@@ -29,11 +36,31 @@ class TreeOutput:
     stream_logits: mx.array | None = None  # (M, drafted, V) from the same head pass, when it was
     main_hidden: mx.array | None = None  # (M, d) normed last hidden (verify_forward: drafters')
 
-    def streams_of(self, arch: Arch, m: int) -> mx.array:
+    def streams_of(self, arch: Arch, params: StreamParams, m: int) -> mx.array:
         """Survivor m's stream logits: (drafted, V) from the head pass, else (gamma, V)."""
         if self.stream_logits is not None:
             return self.stream_logits[m]
-        return arch.lm_head(arch.norm(self.stream_hidden[m]))
+        root = mx.argmax(self.main_logits[m : m + 1], axis=-1)
+        return stream_logits(arch, params, self.stream_hidden[m : m + 1], root)[0]
+
+
+def stream_logits(arch: Arch, params: StreamParams, hidden: mx.array, parents: mx.array):
+    """(M, g, d) streams' last hidden states -> (M, g, V) logits. With parent heads
+    (`parent_rank`) stream j reads the token before its target: `parents` (M,), the main
+    stream's greedy token at each node (stream 1's), then stream j - 1's best token, one
+    stream after the other (the chain of the tree's first children); in training (M, g), each
+    stream's true parent, in one head pass."""
+    if not params.config.parent_rank:
+        return arch.lm_head(arch.norm(hidden))
+    heads = params.parent_heads
+    if parents.ndim == 2:
+        rows = [heads[j](hidden[:, j], arch.embed(parents[:, j])) for j in range(hidden.shape[1])]
+        return arch.lm_head(arch.norm(mx.stack(rows, axis=1)))
+    out = []
+    for j in range(hidden.shape[1]):
+        out.append(arch.lm_head(arch.norm(heads[j](hidden[:, j], arch.embed(parents)))))
+        parents = mx.argmax(out[-1], axis=-1)
+    return mx.stack(out, axis=1)
 
 
 def _lower_mask(tree: Tree, prefix: int) -> mx.array:
@@ -204,7 +231,7 @@ def tree_forward(
     if not gamma:  # the streams sat this pass out (lossless)
         return TreeOutput(survivors, arch.lm_head(arch.norm(x[0])), None)
     stream_hidden = x[0, m:].reshape(m, gamma, -1)
-    if stream_logits and m * (1 + gamma) <= ONE_HEAD_PASS_ROWS:
+    if stream_logits and one_head_pass(params, m * (1 + gamma)):
         logits = arch.lm_head(arch.norm(x[0]))  # (M(1+gamma), V)
         return TreeOutput(survivors, logits[:m], stream_hidden, logits[m:].reshape(m, gamma, -1))
     main_logits = arch.lm_head(arch.norm(x[0, :m]))  # (M, V)

@@ -42,6 +42,12 @@ class StreamConfig:
     # queries, keys and values change (one LoRA on q, k and v, tied through its low-rank map),
     # not only what the MLP path adds to them. Needs the streams' own (MLP-path) adapters.
     attention_adapters: bool = False
+    # Streams that read their parent's token (issue 20, beyond the paper; as Hydra's heads read
+    # theirs): after the MSA layers a low-rank head per stream adds to its last hidden state what
+    # the token before its target tells it (stream 1: the main stream's greedy token at the
+    # node, decided in the same pass; stream j: stream j-1's best token), so stream j guesses
+    # the token after a known one. 0: none. Costs one head pass per drafted stream, in turn.
+    parent_rank: int = 0
     # A static sparse draft tree as rank paths ((0,), (1,), (0, 0), ...: node (i1..ij) holds the
     # i_j-th best token of stream j); None drafts every stream's top_k (then pruned). Chosen per
     # device from measured acceptance (calibration.tuned); never saved with an adapter.
@@ -88,6 +94,8 @@ class StreamConfig:
             )
         elif self.attention_adapters and not self.has_stream_adapters:
             problems.append("attention_adapters needs the streams' own adapters")
+        if not isinstance(self.parent_rank, int) or self.parent_rank < 0:
+            problems.append(f"parent_rank must be a whole number >= 0, got {self.parent_rank!r}")
         if self.tree is not None:
             problems += _tree_problems(self.tree, self.gamma)
             if any(r >= self.top_k for path in self.tree for r in path):

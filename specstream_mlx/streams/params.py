@@ -24,14 +24,30 @@ class LowRank(nn.Module):
         return (x @ self.a) @ self.b
 
 
+class ParentHead(nn.Module):
+    """A stream's last hidden state h and its parent token's embedding e -> h + b(silu(a([h; e])))
+    (both inputs RMS-normed first: the embedding is ~20x smaller than the hidden state). b
+    starts at zero, so an untrained head leaves the stream as it was."""
+
+    def __init__(self, dims: int, rank: int):
+        super().__init__()
+        self.a = mx.random.normal((2 * dims, rank)) * (2 * dims) ** -0.5
+        self.b = mx.zeros((rank, dims))
+
+    def __call__(self, h: mx.array, e: mx.array) -> mx.array:
+        x = mx.concatenate([mx.fast.rms_norm(h, None, 1e-5), mx.fast.rms_norm(e, None, 1e-5)], -1)
+        return h + nn.silu(x @ self.a) @ self.b
+
+
 class StreamParams(nn.Module):
     """Stream identifier embeddings P_j (gamma, d), one stream adapter per MSA layer (applied to
     stream rows of the MLP path only; shared mode only with `shared_stream_adapters`), and the
     pruning projection o(h) = h + low_rank(h) (identity at init) whose output feeds the base
     head (early exit), and with `next_token_guess` the projection (d, d) of the early-exit guess's
     token embedding into the streams' initial state (zero at init), and with `attention_adapters`
-    one more low-rank adapter per MSA layer on the stream rows' attention input. Shared mode's
-    LoRA layers live in the model (streams/lora.py)."""
+    one more low-rank adapter per MSA layer on the stream rows' attention input, and with
+    `parent_rank` a ParentHead per stream after the MSA layers. Shared mode's LoRA layers live
+    in the model (streams/lora.py)."""
 
     def __init__(self, config: StreamConfig, dims: int):
         super().__init__()
@@ -52,6 +68,8 @@ class StreamParams(nn.Module):
             # dimensions, so lr x hidden RMS (the stream embeddings' rate) would move its output
             # tens of times faster than theirs
             self.guess = mx.zeros((dims, dims))
+        if config.parent_rank:
+            self.parent_heads = [ParentHead(dims, config.parent_rank) for _ in range(config.gamma)]
 
     def randomize(self, seed: int) -> StreamParams:
         """Random values for every stream parameter: exactness must hold for any streams."""

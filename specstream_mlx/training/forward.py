@@ -184,6 +184,39 @@ def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positio
     return x[0].reshape(s, gamma, -1)
 
 
+@dataclass
+class StreamStates:
+    """A sequence's streams after the MSA layers, at every stream position: a constant of the
+    sequence once the streams are trained and frozen, so parent-head training (their only
+    trainable part then) computes them once and caches them."""
+
+    targets: mx.array  # (T,) as BaseFeatures.targets
+    loss_mask: np.ndarray  # (T,) bool
+    positions: np.ndarray  # (P,) stream positions (positions.stream_positions)
+    hidden: mx.array  # (P, gamma, d)
+
+    @property
+    def nbytes(self) -> int:
+        return self.hidden.nbytes + self.targets.nbytes
+
+    @classmethod
+    def of(cls, arch: Arch, params: StreamParams, feats: BaseFeatures) -> StreamStates:
+        positions = stream_positions(feats.loss_mask, params.config.gamma)
+        hidden = stream_hidden(arch, params, feats, positions)
+        mx.eval(hidden)
+        return cls(feats.targets, feats.loss_mask, positions, hidden)
+
+
+def parent_loss(arch: Arch, params: StreamParams, states: StreamStates, positions: np.ndarray):
+    """Parent-head training's loss for one sequence: the streams' mean NLLs at `positions` (some
+    of states.positions), their frozen states read through the parent heads, each with its
+    target's true parent token. Returns (their sum, the NLL per stream)."""
+    index = mx.array(np.searchsorted(states.positions, positions))
+    hidden = states.hidden[index]
+    nll, _, _ = _stream_terms(arch, params, hidden, positions, states.targets, states.loss_mask)
+    return sum(nll, mx.array(0.0)), nll
+
+
 def stream_loss(
     arch: Arch, params: StreamParams, feats: BaseFeatures, positions: np.ndarray | None = None
 ) -> StreamBatchLoss:
@@ -196,7 +229,7 @@ def stream_loss(
         positions = stream_positions(mask_np, cfg.gamma)
     hidden = stream_hidden(arch, params, feats, positions)  # (P, gamma, d)
     stream_nll, correct, counts = _stream_terms(
-        arch, hidden, positions, (targets, feats.soft), mask_np, cfg.gamma
+        arch, params, hidden, positions, (targets, feats.soft), mask_np
     )
     total = sum(stream_nll, mx.array(0.0))
     # the pruning head learns next-token prediction on the rows these positions' streams span
@@ -209,12 +242,13 @@ def stream_loss(
 
 
 def _stream_terms(
-    arch: Arch, hidden: mx.array, positions: np.ndarray, targets, mask_np, gamma: int
+    arch: Arch, params: StreamParams, hidden: mx.array, positions: np.ndarray, targets, mask_np
 ):
     """Mean NLL and hits of each stream j over the (position, j) pairs that have a target.
     `targets`: (T,) token ids, or (ids, Soft or None): with soft targets the NLL is the mean of
-    the hard and the soft cross-entropy."""
+    the hard and the soft cross-entropy. Parent heads read each target's true parent token."""
     ids, soft = targets if isinstance(targets, tuple) else (targets, None)
+    gamma = params.config.gamma
     # Every (position, stream) pair with a target: stream j at position p predicts p + 1 + j.
     pairs = [
         (i, j)
@@ -226,9 +260,12 @@ def _stream_terms(
     stream_nll, correct = [], []
     if pairs:
         idx, js = mx.array([i for i, _ in pairs]), mx.array([j for _, j in pairs])
-        # one LM-head pass for all streams: the head's weights are read once
-        logits = arch.lm_head(arch.norm(hidden[idx, js - 1]))  # (R, V)
         rows = mx.array(positions)[idx] + 1 + js
+        h = hidden[idx, js - 1]  # (R, d)
+        if params.config.parent_rank:
+            h = _parents_read(arch, params, h, ids[rows - 1], counts)
+        # one LM-head pass for all streams: the head's weights are read once
+        logits = arch.lm_head(arch.norm(h))  # (R, V)
         nll = nn.losses.cross_entropy(logits, ids[rows])  # (R,)
         if soft is not None:
             nll = 0.5 * (nll + soft.cross_entropy(logits, rows))
@@ -243,6 +280,16 @@ def _stream_terms(
         correct.append(hits[start : start + n])
         start += n
     return stream_nll, correct, counts
+
+
+def _parents_read(arch: Arch, params: StreamParams, h: mx.array, parents: mx.array, counts):
+    """(R, d) stream states grouped by stream (`counts` rows each, in stream order), each
+    through its stream's parent head with its true parent token (R,)."""
+    out, start = [], 0
+    for head, n in zip(params.parent_heads, counts, strict=True):
+        out.append(head(h[start : start + n], arch.embed(parents[start : start + n])))
+        start += n
+    return mx.concatenate(out)
 
 
 def _prune_nll(arch: Arch, params: StreamParams, h_low: mx.array, ids, rows: np.ndarray):
@@ -285,7 +332,7 @@ def shared_loss(
     positions = np.intersect1d(stream_positions(mask_np, cfg.gamma), carry)
     index = mx.array(np.searchsorted(carry, positions))
     stream_nll, correct, counts = _stream_terms(
-        arch, streams[index], positions, ids, mask_np, cfg.gamma
+        arch, params, streams[index], positions, ids, mask_np
     )
     prune_nll = _prune_nll(arch, params, mx.stop_gradient(h_low), ids, rows)
     total = alpha_main * main_nll + alpha_stream * sum(stream_nll, mx.array(0.0)) + prune_nll

@@ -21,6 +21,7 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.tuner.lora import LoRALinear
 
 from ..decoding.plan import Acceptance
+from ..decoding.tree_step import stream_logits
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from ..models.arch import arch_of
@@ -31,9 +32,11 @@ from .data import Dataset, Example
 from .forward import (
     BaseFeatures,
     Frozen,
+    StreamStates,
     base_features,
     lower_hidden,
     next_token_loss,
+    parent_loss,
     shared_hidden,
     shared_loss,
     stream_hidden,
@@ -58,6 +61,8 @@ class TrainConfig:
     # base's greedy predictions on it, or "soft": those and its distribution (training.forward)
     lora_layers: int = 0  # shared, next-token: only the LoRA of the top lora_layers blocks
     # trains (0: every block's); the blocks below run once per sequence, their output cached
+    parents_only: bool = False  # lossless with parent heads: only they train, on the given
+    # (already trained) streams, whose states are computed once per sequence and cached
 
 
 @dataclass
@@ -132,8 +137,9 @@ def validate(examples: list[Example], logits_of, gamma: int, top_k: int) -> Vali
 def validate_streams(arch, params: StreamParams, examples: list[Example], hidden_of) -> Validation:
     """`validate` for streams: `hidden_of(i, rows)` gives their (P, gamma, d) hidden states."""
 
-    def logits_of(i, rows):
-        return arch.lm_head(arch.norm(hidden_of(i, rows)))
+    def logits_of(i, rows):  # parent heads: stream 1 reads the token before its target
+        parents = mx.array(examples[i].targets)[mx.array(rows) + 1]
+        return stream_logits(arch, params, hidden_of(i, rows), parents)
 
     return validate(examples, logits_of, params.config.gamma, params.config.top_k)
 
@@ -279,6 +285,49 @@ class LosslessObjective:
 
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
         return stream_hidden(self.arch, self.params, self.val[i], rows)
+
+    def validate(self) -> dict:
+        return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
+
+
+class ParentObjective:
+    """Parent heads on trained lossless streams (TrainConfig.parents_only): everything else is
+    frozen, so the streams' last hidden states are a constant of each sequence, computed once
+    and cached (as lossless training caches the base's features); a step runs only the parent
+    heads and the LM head on a segment of positions."""
+
+    terms = "streams"
+
+    def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
+        self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
+        params.freeze()
+        for head in params.parent_heads:
+            head.unfreeze()
+        self.module = params
+        n_msa = params.config.n_msa_layers
+
+        def features(ex: Example) -> BaseFeatures:
+            return base_features(arch, n_msa, ex.ids, ex.loss_mask, cfg.targets)
+
+        self.states = FeatureCache(
+            lambda ex: StreamStates.of(arch, params, features(ex)), data.examples, cache_bytes
+        )
+        self.val = [features(ex) for ex in val]
+        self.val_states: dict[int, mx.array] = {}  # the frozen streams' states, once each
+        self.scale = hidden_scale([f.h_low for f in self.val])
+
+    def loss(self, module, i: int, seen: int):
+        states = self.states[i]
+        rng = np.random.RandomState([self.cfg.seed, seen])
+        rows = segment(states.positions, self.cfg.segment, rng)
+        total, nll = parent_loss(self.arch, module, states, rows)
+        return total, mx.stack(nll)
+
+    def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
+        if i not in self.val_states:
+            self.val_states[i] = stream_hidden(self.arch, self.params, self.val[i], rows)
+            mx.eval(self.val_states[i])
+        return self.val_states[i]
 
     def validate(self) -> dict:
         return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
@@ -493,6 +542,8 @@ def train(
                 f"shared mode trains LoRA layers {want} on the model, which has "
                 f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
+    if cfg.parents_only and (params is None or params.config.mode != "lossless"):
+        raise SpecstreamError("parents_only trains the parent heads of lossless streams")
     bottom = Bottom(arch, _frozen_blocks(arch, params, medusa, cfg), feature_cache_bytes)
     if medusa is not None:
         objective = MedusaObjective(arch, medusa, data, val, cfg, feature_cache_bytes)
@@ -503,7 +554,10 @@ def train(
     else:
         if on_model:
             raise SpecstreamError("lossless training needs the base model without LoRA layers")
-        objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
+        if cfg.parents_only and not params.config.parent_rank:
+            raise SpecstreamError("parents_only trains parent heads: the streams have none")
+        make = ParentObjective if cfg.parents_only else LosslessObjective
+        objective = make(arch, params, data, val, cfg, feature_cache_bytes)
     what = (
         params.config.to_dict()
         if params
