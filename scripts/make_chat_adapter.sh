@@ -39,8 +39,9 @@
 #    step 4's folder, on the first PARENT_ROWS (400) rows of the unpacked instruction answers
 #    (315 usable, 16 held out for validation), PARENT_STEPS (300) steps of batch 4 at lr 1e-3,
 #    segment 64, warmup 20: only the heads train, on the streams' frozen states (about 40 min
-#    on the 2-core dev CPU beside the test suite); PARENT_RANK=0 skips it (the five-round
-#    `chat` shipped before).
+#    on the 2-core dev CPU beside the test suite), then each head cut to its PARENT_KEEP (112)
+#    largest hidden units (within issue 20's 1e6 extra parameters); PARENT_RANK=0 skips it
+#    (the five-round `chat` shipped before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -119,6 +120,25 @@ if [ "${PARENT_RANK:-128}" != 0 ]; then
         --val-every 100 --checkpoint-every 25
     rm -rf "$OUT.tmp" && cp -r "$RUN/chat_parent" "$OUT.tmp"
     [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
+    # each head's PARENT_KEEP (112) hidden units with the largest |a column| x |b row| kept:
+    # 4 heads of rank 128 (885k parameters) plus the streams' 159k exceed issue 20's 1e6 budget
+    ./dev.sh python - "$OUT.tmp" "${PARENT_KEEP:-112}" <<'PY'
+import json, sys
+import numpy as np
+from safetensors.numpy import load_file, save_file
+folder, keep = sys.argv[1], int(sys.argv[2])
+w = load_file(f"{folder}/adapters.safetensors")
+c = json.load(open(f"{folder}/adapter_config.json"))
+for j in range(c["stream_config"]["gamma"]):
+    a, b = w[f"parent_heads.{j}.a"], w[f"parent_heads.{j}.b"]
+    units = np.sort(np.argsort(-np.linalg.norm(a, axis=0) * np.linalg.norm(b, axis=1))[:keep])
+    w[f"parent_heads.{j}.a"] = np.ascontiguousarray(a[:, units])
+    w[f"parent_heads.{j}.b"] = np.ascontiguousarray(b[units])
+save_file(w, f"{folder}/adapters.safetensors")
+c["training"]["parent_heads_cut"] = {"from_rank": c["stream_config"]["parent_rank"], "kept": keep}
+c["stream_config"]["parent_rank"] = keep
+open(f"{folder}/adapter_config.json", "w").write(json.dumps(c, indent=2) + "\n")
+PY
     rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 fi
 ./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --suite chat --data "$DATA_DIR" \

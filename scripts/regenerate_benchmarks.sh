@@ -141,6 +141,26 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == Streams that read their parent's token (issue 20) ==
+    # the shipped `chat` (parent heads since 2026-12-04) scored on the 300 dev answers of
+    # corpus shard dev-00001 (the first 300 usable; about 15 min), its acceptance on the chat
+    # suite's items 40-87 on a copy (about 15 min) and the tree the planner picks here. Its
+    # training is scripts/make_chat_adapter.sh's step 5 (about 50 min), not redone.
+    S="Streams that read their parent's token"
+    step "$S" ./dev.sh python scripts/corpus.py unpack --split dev --rows runs/dev_all.jsonl \
+        --data-dir "$D"
+    step "$S" ./dev.sh python -c 'import json
+rows = [r for r in map(json.loads, open("runs/dev_all.jsonl")) if not r.get("degenerate")]
+open("runs/dev300.jsonl", "w").writelines(json.dumps(r) + "\n" for r in rows[:300])'
+    step "$S" ./dev.sh python benchmarks/validate_streams.py --adapter chat \
+        --data runs/dev300.jsonl --json $R/stream_ablation/chat_parent.json
+    step "$S" bash -c "rm -rf runs/acc_chat && mkdir -p runs && cp -r specstream_mlx/adapters/chat runs/acc_chat"
+    step "$S" into $R/acceptance_chat_parent_items40_87.json ./dev.sh specstream calibrate \
+        --adapter runs/acc_chat --measure-acceptance --suite chat --data "$D" --limit 48 \
+        --max-tokens 96 --json
+    step "$S" into $R/calibration_chat_parent.json ./dev.sh specstream calibrate --adapter chat \
+        --json
+
     # == Issue 18's CPU targets on an AMD instance ==
     # 9 interleaved rounds with the ratio's three factors (about 8 min), then the fused adapter's
     # plain decoding, six runs (about 7 min; their reports gathered into one file), then
