@@ -134,6 +134,8 @@ for j in range(c["stream_config"]["gamma"]):
     units = np.sort(np.argsort(-np.linalg.norm(a, axis=0) * np.linalg.norm(b, axis=1))[:keep])
     w[f"parent_heads.{j}.a"] = np.ascontiguousarray(a[:, units])
     w[f"parent_heads.{j}.b"] = np.ascontiguousarray(b[units])
+    for name in (f"parent_heads.{j}.a", f"parent_heads.{j}.b"):
+        c.setdefault("shapes", {})[name] = list(w[name].shape)
 save_file(w, f"{folder}/adapters.safetensors")
 c["training"]["parent_heads_cut"] = {"from_rank": c["stream_config"]["parent_rank"], "kept": keep}
 c["stream_config"]["parent_rank"] = keep
