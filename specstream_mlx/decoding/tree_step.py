@@ -48,17 +48,13 @@ def stream_logits(arch: Arch, params: StreamParams, hidden: mx.array, parents: m
     """(M, g, d) streams' last hidden states -> (M, g, V) logits. With parent heads
     (`parent_rank`) stream j reads the token before its target: `parents` (M,), the main
     stream's greedy token at each node (stream 1's), then stream j - 1's best token, one
-    stream after the other (the chain of the tree's first children); in training (M, g), each
-    stream's true parent, in one head pass."""
+    stream after the other (the chain of the tree's first children). Training feeds each
+    stream its true parent instead (training.forward)."""
     if not params.config.parent_rank:
         return arch.lm_head(arch.norm(hidden))
-    heads = params.parent_heads
-    if parents.ndim == 2:
-        rows = [heads[j](hidden[:, j], arch.embed(parents[:, j])) for j in range(hidden.shape[1])]
-        return arch.lm_head(arch.norm(mx.stack(rows, axis=1)))
     out = []
-    for j in range(hidden.shape[1]):
-        out.append(arch.lm_head(arch.norm(heads[j](hidden[:, j], arch.embed(parents)))))
+    for j, head in enumerate(params.parent_heads[: hidden.shape[1]]):
+        out.append(arch.lm_head(arch.norm(head(hidden[:, j], arch.embed(parents)))))
         parents = mx.argmax(out[-1], axis=-1)
     return mx.stack(out, axis=1)
 

@@ -290,47 +290,35 @@ class LosslessObjective:
         return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
 
 
-class ParentObjective:
+class ParentObjective(LosslessObjective):
     """Parent heads on trained lossless streams (TrainConfig.parents_only): everything else is
     frozen, so the streams' last hidden states are a constant of each sequence, computed once
-    and cached (as lossless training caches the base's features); a step runs only the parent
-    heads and the LM head on a segment of positions."""
-
-    terms = "streams"
+    from the base's features and cached in their place; a step runs only the parent heads and
+    the LM head on a segment of positions."""
 
     def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
-        self.arch, self.params, self.data, self.cfg = arch, params, data, cfg
+        super().__init__(arch, params, data, val, cfg, cache_bytes)
         params.freeze()
         for head in params.parent_heads:
             head.unfreeze()
-        self.module = params
-        n_msa = params.config.n_msa_layers
-
-        def features(ex: Example) -> BaseFeatures:
-            return base_features(arch, n_msa, ex.ids, ex.loss_mask, cfg.targets)
-
-        self.states = FeatureCache(
+        features = self.features.features
+        self.features = FeatureCache(
             lambda ex: StreamStates.of(arch, params, features(ex)), data.examples, cache_bytes
         )
-        self.val = [features(ex) for ex in val]
         self.val_states: dict[int, mx.array] = {}  # the frozen streams' states, once each
-        self.scale = hidden_scale([f.h_low for f in self.val])
 
     def loss(self, module, i: int, seen: int):
-        states = self.states[i]
+        states = self.features[i]
         rng = np.random.RandomState([self.cfg.seed, seen])
         rows = segment(states.positions, self.cfg.segment, rng)
         total, nll = parent_loss(self.arch, module, states, rows)
         return total, mx.stack(nll)
 
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
-        if i not in self.val_states:
-            self.val_states[i] = stream_hidden(self.arch, self.params, self.val[i], rows)
+        if i not in self.val_states:  # validation scores the same rows of an example each time
+            self.val_states[i] = super().val_hidden(i, rows)
             mx.eval(self.val_states[i])
         return self.val_states[i]
-
-    def validate(self) -> dict:
-        return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
 
 
 class SharedObjective:
