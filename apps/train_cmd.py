@@ -71,18 +71,27 @@ def add_parser(subparsers) -> None:
         "--parent-rank",
         type=non_negative_int,
         default=0,
-        help="lossless: each stream gets a parent head of this rank after the MSA layers, which "
-        "reads the token before its target (stream 1: the main stream's own next token; stream "
-        "j: stream j-1's guess). Costs one head pass per drafted stream, in turn. 0 = none",
+        help="each stream gets a parent head of this rank after the MSA layers, which reads "
+        "the token before its target (stream 1: the main stream's own next token; stream j: "
+        "stream j-1's guess). Costs one head pass per drafted stream, in turn. 0 = none",
     )
     p.add_argument(
         "--from",
         dest="from_adapter",
         default=None,
         metavar="ADAPTER",
-        help="with --parent-rank: train only parent heads on this trained lossless adapter's "
-        "streams (frozen, their states computed once per sequence); the adapter's stream "
-        "settings replace --gamma, --msa-layers and the rest",
+        help="with --parent-rank: train only parent heads on this trained adapter's streams "
+        "(frozen with its LoRA, their states computed once per sequence); the adapter's mode "
+        "and settings replace --mode, --gamma, --msa-layers, --lora-rank and the rest",
+    )
+    p.add_argument(
+        "--draft-vocab",
+        type=non_negative_int,
+        default=0,
+        metavar="K",
+        help="the streams draft from the K commonest target tokens of --data only: their head "
+        "pass reads K of the head's columns (decoding stays lossless; a token outside is never "
+        "drafted). 0 = the whole vocabulary",
     )
     p.add_argument(
         "--lora-rank", type=positive_int, default=8, help="LoRA rank (shared, next-token)"
@@ -150,8 +159,9 @@ def step_progress(bar: Progress):
 
 
 def with_parent_heads(loaded, adapter: str, rank: int):
-    """A trained lossless adapter's streams with new parent heads of `rank` (replacing any it
-    had), and the record of how its streams were made (their data's sources and licences)."""
+    """A trained adapter's streams with new parent heads of `rank` (replacing any it had), its
+    LoRA put on the model (shared mode: unfused, as training needs it), and the record of how
+    it was made (its data's sources and licences)."""
     import json
     from dataclasses import replace
 
@@ -159,12 +169,18 @@ def with_parent_heads(loaded, adapter: str, rank: int):
 
     from specstream_mlx.errors import SpecstreamError
     from specstream_mlx.streams.adapter_io import CONFIG, read_adapter, resolve_adapter
+    from specstream_mlx.streams.lora import apply_lora, load_lora_weights
     from specstream_mlx.streams.params import StreamParams
 
-    streams = read_adapter(adapter, loaded).streams
-    if streams is None or streams.config.mode != "lossless":
-        raise SpecstreamError(f"--from {adapter}: not a lossless stream adapter")
-    config = replace(streams.config, parent_rank=rank, tree=None)
+    read = read_adapter(adapter, loaded)
+    streams = read.streams
+    if streams is None:
+        raise SpecstreamError(f"--from {adapter}: not a stream adapter")
+    if streams.config.mode == "shared":
+        apply_lora(loaded.model, streams.config.lora_rank, streams.config.lora_scale)
+        load_lora_weights(loaded.model, read.lora)
+    changes = dict(parent_rank=rank, tree=None, lora_blocks=None, draft_vocab=None)
+    config = replace(streams.config, **changes)
     params = StreamParams(config, loaded.config["hidden_size"])
     own = tree_flatten(streams.parameters())
     params.update(tree_unflatten([(k, v) for k, v in own if not k.startswith("parent_heads")]))
@@ -173,6 +189,7 @@ def with_parent_heads(loaded, adapter: str, rank: int):
 
 
 def run(args) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     import specstream_mlx as ss
@@ -180,7 +197,7 @@ def run(args) -> int:
     from specstream_mlx.streams.config import StreamConfig
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
-    from specstream_mlx.training.data import load_dataset
+    from specstream_mlx.training.data import draft_vocabulary, load_dataset
     from specstream_mlx.training.trainer import Checkpoint, Hooks, TrainConfig, loss_curve, train
 
     out = Path(args.out)
@@ -188,10 +205,11 @@ def run(args) -> int:
         raise ss.SpecstreamError(
             f"--targets {args.targets} is for --mode lossless, not {args.mode}"
         )
-    if args.from_adapter and (args.mode != "lossless" or not args.parent_rank):
-        raise ss.SpecstreamError("--from trains parent heads: it needs --parent-rank, lossless")
-    if args.parent_rank and args.mode != "lossless":
-        raise ss.SpecstreamError(f"--parent-rank is for --mode lossless, not {args.mode}")
+    if args.from_adapter and not args.parent_rank:
+        raise ss.SpecstreamError("--from trains parent heads: it needs --parent-rank")
+    for given, name in ((args.parent_rank, "--parent-rank"), (args.draft_vocab, "--draft-vocab")):
+        if given and args.mode not in ("lossless", "shared"):
+            raise ss.SpecstreamError(f"{name} is for stream adapters, not --mode {args.mode}")
     output_folder(args.out, "--out", args.overwrite)
     loaded = ss.load(args.model, precision=args.precision)
     data = load_dataset(args.data, loaded.tokenizer, args.max_length, args.task)
@@ -227,7 +245,7 @@ def run(args) -> int:
             parent_rank=args.parent_rank,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
-    if args.mode in ("shared", "next-token"):
+    if args.mode in ("shared", "next-token") and not args.from_adapter:
         apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
         lora_layers=args.lora_layers,
@@ -292,6 +310,9 @@ def run(args) -> int:
 
         if acceptance is not None:
             params.acceptance = Acceptance.from_dict(acceptance)
+        if args.draft_vocab:  # validation above scored the whole head's drafts
+            vocab = draft_vocabulary(data.examples, args.draft_vocab)
+            params.config = replace(params.config, draft_vocab=vocab)
         save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
         print(
             f"wrote {out}: tau chain {last.get('tau_chain')}, tau tree {last.get('tau_tree')} "

@@ -264,7 +264,7 @@ def tree_forward(
     kept = view.tensor(survivors).long()
     depths = view.tensor(tree.depths)[kept]
     x = msa_layers(view, streams, h[:, kept], depths, anc, caches, prefix, gamma)
-    if cfg.parent_rank and gamma:  # decoding.tree_step.stream_logits
+    if (cfg.parent_rank or cfg.draft_vocab is not None) and gamma:  # tree_step.stream_logits
         main = view.head(x[0, :m])
         return survivors, main, stream_logits(view, streams, x[0, m:].reshape(m, gamma, -1), main)
     logits = view.head(x[0])  # (M (1 + g), V): one head pass for main and stream rows
@@ -272,13 +272,30 @@ def tree_forward(
 
 
 def stream_logits(view: View, streams: TorchStreams, hidden: torch.Tensor, main: torch.Tensor):
-    """(M, g, d) -> (M, g, V) with parent heads: stream 1 reads the main stream's greedy token
-    at each node, stream j stream j - 1's best token, one stream after the other."""
+    """(M, g, d) -> (M, g, V), over the draft vocabulary when the adapter has one; with parent
+    heads stream 1 reads the main stream's greedy token at each node, stream j stream j - 1's
+    best token, one stream after the other."""
+    if not streams.config.parent_rank:
+        return draft_head(view, streams, hidden)
     parents, out = main.argmax(dim=-1), []
     for j in range(hidden.shape[1]):
-        out.append(view.head(streams.parent_heads[j](hidden[:, j], view.embed(parents))))
+        h = streams.parent_heads[j](hidden[:, j], view.embed(parents))
+        out.append(draft_head(view, streams, h))
         parents = out[-1].argmax(dim=-1)
     return torch.stack(out, dim=1)
+
+
+def draft_head(view: View, streams: TorchStreams, h: torch.Tensor) -> torch.Tensor:
+    """The head's logits of stream states: -inf outside the adapter's draft vocabulary
+    (StreamConfig.draft_vocab; the whole head's logits masked: the same drafts as MLX's head
+    over its columns, at the whole head's cost)."""
+    logits = view.head(h)
+    vocab = streams.config.draft_vocab
+    if vocab is None:
+        return logits
+    outside = torch.full((logits.shape[-1],), float("-inf"), device=h.device, dtype=logits.dtype)
+    outside[list(vocab)] = 0.0
+    return logits + outside
 
 
 def chain(tokens: list[int]) -> Tree:

@@ -153,6 +153,22 @@ class LatencyCurve:
         excess = (n_msa - self.msa_ref) * self._stream_excess(size) if streams else 0.0
         return moved + excess
 
+    def streams_pass_ms(
+        self, cfg: StreamConfig, vocab: int, nodes: int, streams: int, drafted: int
+    ) -> float:
+        """`pass_ms` for streams of `cfg` (of a model with `vocab` tokens) whose next draft reads
+        `drafted` streams' logits, their head passes as `cfg` runs them: with the main rows'
+        (`one_head_pass`); with parent heads, one row per drafted stream, one after the other
+        (tree_step.stream_logits); over a draft vocabulary of K tokens, K / V of the head's
+        time (a head pass is memory-bound: benchmarks/draft_head.py measures the share). Streams
+        that know the next token add the early-exit head on the nodes."""
+        guess = self.head(nodes) if cfg.next_token_guess else 0.0
+        if not (cfg.parent_rank or cfg.draft_vocab):
+            return self.pass_ms(nodes, streams, cfg.n_msa_layers, drafted) + guess
+        share = len(cfg.draft_vocab) / vocab if cfg.draft_vocab else 1.0
+        heads = drafted * self.head(1) if cfg.parent_rank else self.head(drafted) if drafted else 0
+        return self.pass_ms(nodes, streams, cfg.n_msa_layers, 0) + share * heads + guess
+
     def _stream_excess(self, size: float) -> float:
         """ms a layer of stream rows (one per node of a `size`-node pass) costs in the loop
         beyond what the bare layer curve says: the slope between the loops at `msa_ref` and at
@@ -535,19 +551,13 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
             f"acceptance statistics are for {acceptance.gamma} streams, the adapter has {cfg.gamma}"
         )
     shared = cfg.mode == "shared"
+    vocab = loaded.config["vocab_size"]
 
     def pass_ms(nodes: int, depth: int) -> float:
         # lossless: only the streams the next draft needs run; shared: all (the main stream
-        # attends to them). Streams that know the next token add the early-exit head on the
-        # nodes (tree_step.early_exit_guess); streams that read their parent's token, a head
-        # pass on one row per drafted stream after the main stream's (tree_step.stream_logits).
+        # attends to them)
         streams = cfg.gamma if shared else depth
-        guess = curve.head(nodes) if cfg.next_token_guess else 0.0
-        if cfg.parent_rank:
-            return (
-                curve.pass_ms(nodes, streams, cfg.n_msa_layers, 0) + depth * curve.head(1) + guess
-            )
-        return curve.pass_ms(nodes, streams, cfg.n_msa_layers, depth) + guess
+        return curve.streams_pass_ms(cfg, vocab, nodes, streams, depth)
 
     plain = curve.plain_ms
     if shared:  # the main stream attends to the streams, and they to the guess

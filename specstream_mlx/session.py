@@ -189,12 +189,14 @@ def _lookup_costs(
     curve = latency_curve(loaded, measure=False)
     if curve is None:
         return None
-    n_msa = dec.streams.config.n_msa_layers if dec.streams is not None else 0
     drafted = dec.drafted if dec.policy.depth > 0 else 0  # stream heads, for the next pass
+    vocab = loaded.config["vocab_size"]
 
     def ms(nodes: int) -> float:  # a chain pass: the streams ride along or sit it out
+        if dec.streams is None:
+            return curve.pass_ms(nodes, 0, 0, 0)
         streams, heads = (dec.n_streams, drafted) if nodes == 1 or dec.chain_streams else (0, 0)
-        return curve.pass_ms(nodes, streams, n_msa, heads)
+        return curve.streams_pass_ms(dec.streams.config, vocab, nodes, streams, heads)
 
     chain = tuple(ms(1 + n) for n in range(max(lookup.max_draft + 1, nodes)))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
@@ -215,10 +217,10 @@ def _chains_run_streams(loaded, dec: Decoder, tree: dict | None, lookup: LookupC
     curve = latency_curve(loaded, measure=False)
     if curve is None or not tree or "expected_tokens_per_pass" not in tree:
         return True
-    n_msa, chain = streams.config.n_msa_layers, 1 + lookup.max_draft
+    cfg, chain, vocab = streams.config, 1 + lookup.max_draft, loaded.config["vocab_size"]
 
     def ms(nodes: int, streams: int) -> float:
-        return curve.pass_ms(nodes, streams, n_msa, min(streams, dec.drafted))
+        return curve.streams_pass_ms(cfg, vocab, nodes, streams, min(streams, dec.drafted))
 
     saved = ms(chain, dec.n_streams) - ms(chain, 0)
     lost = ms(1, dec.n_streams) - tree["predicted_pass_ms"] / tree["expected_tokens_per_pass"]

@@ -26,7 +26,7 @@ from specstream_mlx.training.data import load_dataset
 from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
 from .conftest import QUIET
-from .tiny import FAMILIES
+from .tiny import FAMILIES, draft_vocab
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +72,8 @@ def shared_streams(loaded, seed=0, **config):
     stream_adapters=st.booleans(),
     attn=st.booleans(),
     compiled=st.booleans(),
+    parent=st.sampled_from([0, 4]),
+    vocab=st.booleans(),
 )
 def test_shared_speculative_equals_its_plain_decoding(
     shared_models,
@@ -87,6 +89,8 @@ def test_shared_speculative_equals_its_plain_decoding(
     stream_adapters,
     attn,
     compiled,
+    parent,
+    vocab,
 ):
     loaded, _ = shared_models[family]
     params = shared_streams(
@@ -99,6 +103,8 @@ def test_shared_speculative_equals_its_plain_decoding(
         prompt_streams=prompt_streams,
         shared_stream_adapters=stream_adapters,
         attention_adapters=attn and stream_adapters,
+        parent_rank=parent,
+        draft_vocab=draft_vocab(loaded, seed) if vocab else None,
     )
     loaded.streams = params  # "ar" with a shared adapter: one token per pass, streams computed
     try:

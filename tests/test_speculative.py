@@ -23,7 +23,7 @@ from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 
-from .tiny import FAMILIES
+from .tiny import FAMILIES, draft_vocab
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,7 @@ def streams_for(loaded, seed=0, **config):
     guess=st.booleans(),
     attn=st.booleans(),
     parent=st.sampled_from([0, 4]),
+    vocab=st.booleans(),
 )
 def test_lossless_equals_plain_greedy(
     tiny_models,
@@ -67,6 +68,7 @@ def test_lossless_equals_plain_greedy(
     guess,
     attn,
     parent,
+    vocab,
 ):
     loaded = tiny_models[family]
     params = streams_for(
@@ -80,6 +82,7 @@ def test_lossless_equals_plain_greedy(
         next_token_guess=guess,
         attention_adapters=attn,
         parent_rank=parent,
+        draft_vocab=draft_vocab(loaded, seed) if vocab else None,
     )
     plain = ss.generate(loaded, prompt, max_tokens=length)
     spec = ss.generate(loaded, prompt, max_tokens=length, decoder="ss", streams=params)
@@ -307,6 +310,48 @@ def test_adapter_round_trip(tiny_models, tmp_path):
         save_adapter(folder, params, loaded)
 
 
+def test_adapter_draft_vocabulary_round_trip_and_range(tiny_models, tmp_path):
+    """A draft vocabulary travels with the adapter; one naming a token the model lacks is
+    refused when the adapter is read, not at its first decode."""
+    loaded = tiny_models["llama"]
+    vocab = draft_vocab(loaded, 3)
+    folder = save_adapter(
+        tmp_path / "a", streams_for(loaded, 0, n_msa_layers=2, draft_vocab=vocab), loaded
+    )
+    assert load_adapter(folder, loaded).config.draft_vocab == vocab
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["stream_config"]["draft_vocab"] = [1, 2, loaded.config["vocab_size"]]
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError, match="draft_vocab names token"):
+        load_adapter(folder, loaded)
+
+
+def test_draft_vocabulary_restricts_the_streams_to_its_tokens(tiny_models):
+    """Stream logits over a draft vocabulary: the whole head's there, -inf elsewhere, so a
+    token outside it is never drafted (and parent heads read a drafted token)."""
+    loaded = tiny_models["qwen2"]
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    vocab = draft_vocab(loaded, 5)
+    for parent in (0, 4):
+        whole = streams_for(loaded, 2, gamma=3, n_msa_layers=2, parent_rank=parent)
+        params = whole.with_config(draft_vocab=vocab)
+        hidden = mx.random.normal((2, 3, loaded.config["hidden_size"]), key=mx.random.key(1))
+        parents = mx.array([4, 9])
+        got = tree_step.stream_logits(arch, params, hidden, parents)
+        inside = mx.array(vocab)
+        outside = np.setdiff1d(np.arange(loaded.config["vocab_size"]), vocab)
+        assert np.isneginf(np.array(got[..., mx.array(outside)])).all()
+        if not parent:  # each stream's logits alone: the whole head's on the vocabulary
+            full = tree_step.stream_logits(arch, whole, hidden, parents)
+            assert mx.allclose(got[..., inside], full[..., inside], atol=1e-4)
+        else:  # stream 2 reads stream 1's best token within the vocabulary
+            heads = params.parent_heads
+            first = arch.lm_head(arch.norm(heads[0](hidden[:, 0], arch.embed(parents))))
+            best = inside[mx.argmax(first[:, inside], axis=-1)]
+            second = arch.lm_head(arch.norm(heads[1](hidden[:, 1], arch.embed(best))))
+            assert mx.allclose(got[:, 1, inside], second[:, inside], atol=1e-4)
+
+
 def test_adapter_for_another_base_is_refused(tiny_models, tmp_path):
     qwen2 = tiny_models["qwen2"]
     folder = save_adapter(tmp_path / "a", streams_for(qwen2, 0, n_msa_layers=2), qwen2)
@@ -342,6 +387,9 @@ def test_adapter_with_wrong_shapes_lists_every_problem(tiny_models, tmp_path):
         ),
         (dict(attention_adapters="yes"), "attention_adapters must be true or false"),
         (dict(parent_rank=-1), "parent_rank must be a whole number >= 0"),
+        (dict(draft_vocab=(7, 3, 5)), "draft_vocab must be at least top_k (3) increasing"),
+        (dict(draft_vocab=(1, 2)), "draft_vocab must be at least top_k (3) increasing"),
+        (dict(draft_vocab=(-1, 2, 3)), "draft_vocab must be at least top_k (3) increasing"),
     ],
 )
 def test_bad_stream_config(tiny_models, config, fragment):

@@ -220,6 +220,10 @@ def plain_distribution(loaded, prompt, sampling, n_tokens):
         # stream's best): each depth's candidates still come from one fixed distribution
         ("parent", SamplingParams(0.7, top_k=4), "ss", 3),
         ("trained", SamplingParams(0.7, top_k=4), "ss", 3),
+        # streams that draft from a vocabulary of their own (every other token that plain
+        # sampling can give here): the drafts' distribution is zero elsewhere, and the
+        # rejection rule must read that one
+        ("vocab", SamplingParams(0.7, top_k=4), "ss", 3),
         ("trained", SamplingParams(1.0, top_p=0.8, top_k=3), "ss", 3),
         ("trained", SamplingParams(1.0, top_k=3), "ss+pld", 3),
         ("trained", SamplingParams(1.0, top_k=3), "pld", 3),  # lookup drafts alone
@@ -230,14 +234,18 @@ def plain_distribution(loaded, prompt, sampling, n_tokens):
 def test_speculative_sampling_equals_plain_sampling(
     tiny, trained_streams, streams_kind, sampling, decoder, n_tokens
 ):
-    streams = (
-        trained_streams
-        if streams_kind == "trained"
-        else untrained_streams(tiny, 4 if streams_kind == "parent" else 0)
-    )
     prompt = [5, 9, 5, 9, 5]  # repeats, so ss+pld's lookup drafts too
     runs = 1200
     exact = plain_distribution(tiny, prompt, sampling, n_tokens)
+    streams = (
+        trained_streams
+        if streams_kind == "trained"
+        else trained_streams.with_config(
+            draft_vocab=tuple(sorted({t for c in exact for t in c})[::2])
+        )
+        if streams_kind == "vocab"
+        else untrained_streams(tiny, 4 if streams_kind == "parent" else 0)
+    )
     counts, passes, decided, nodes = {}, 0, 0, 0
     for i in range(runs):
         s = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, seed=10_000 + i)
@@ -256,6 +264,8 @@ def test_speculative_sampling_equals_plain_sampling(
         assert nodes / passes > 1.5
     elif streams_kind == "trained":
         assert decided / passes > 1.1  # drafts were accepted
+    elif streams_kind == "vocab":  # half the tokens are never drafted: fewer accepted (1.07)
+        assert decided / passes > 1.02
 
 
 def test_the_decoder_check_catches_a_wrong_rule(tiny, trained_streams, monkeypatch):

@@ -18,7 +18,7 @@ from specstream_mlx.streams.adapter_io import load_adapter, read_adapter, save_a
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training import forward, positions, trainer
-from specstream_mlx.training.data import Example, load_dataset, read_jsonl
+from specstream_mlx.training.data import Example, draft_vocabulary, load_dataset, read_jsonl
 from specstream_mlx.training.trainer import Hooks, TrainConfig, train
 
 from .conftest import QUIET
@@ -605,5 +605,72 @@ def test_train_cli_adds_parent_heads_to_a_trained_adapter(tiny_folders, tiny, da
     )  # fmt: skip
     assert alone.returncode == 2
     assert alone.stderr.strip().endswith(
-        "error: --from trains parent heads: it needs --parent-rank, lossless"
+        "error: --from trains parent heads: it needs --parent-rank"
     )
+
+
+def test_train_cli_adds_parent_heads_and_a_draft_vocabulary_to_a_shared_adapter(
+    tiny_folders, data_file, tmp_path
+):
+    """--from a shared adapter: its LoRA and streams are kept bit for bit, only the heads
+    train (through its LoRA), and --draft-vocab keeps the training targets' commonest tokens;
+    the result decodes exactly."""
+    base = [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
+            str(tiny_folders["llama"]), "--data", str(data_file), "--steps", "3",
+            "--batch-size", "2", "--val-every", "3", "--mode", "shared",
+            "--msa-layers", "2"]  # fmt: skip
+    source, out = tmp_path / "shared", tmp_path / "parents"
+    for cmd in ([*base, "--out", str(source)],
+                [*base, "--out", str(out), "--parent-rank", "4", "--from", str(source),
+                 "--draft-vocab", "8"]):  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    loaded = ss.load(str(tiny_folders["llama"]))
+    data = load_dataset(data_file, loaded.tokenizer, 512)
+    data.hold_out(1)  # as the CLI does: a twentieth, at least one
+    config = json.loads((out / "adapter_config.json").read_text())["stream_config"]
+    assert config["parent_rank"] == 4 and config["mode"] == "shared"
+    assert tuple(config["draft_vocab"]) == draft_vocabulary(data.examples, 8)
+    was, now = read_adapter(source, loaded), read_adapter(out, loaded)
+    assert was.lora.keys() == now.lora.keys()
+    assert all(mx.array_equal(was.lora[k], now.lora[k]) for k in was.lora)
+    own = dict(tree_flatten(now.streams.parameters()))
+    for name, value in tree_flatten(was.streams.parameters()):
+        assert mx.array_equal(value, own.pop(name)), name
+    assert own and all(name.startswith("parent_heads.") for name in own)
+    loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
+    plain = ss.generate(loaded, "count from 3", max_tokens=16)
+    spec = ss.generate(loaded, "count from 3", max_tokens=16, decoder="ss")
+    assert spec.token_ids == plain.token_ids
+
+
+def test_draft_vocab_script_adds_a_vocabulary_to_a_trained_adapter(
+    tiny_folders, tiny, data_file, tmp_path
+):
+    """scripts/draft_vocab.py: the commonest targets of --data in a copy of the folder, its
+    weights and statistics unchanged; an existing output is refused without --overwrite."""
+    source = save_adapter(tmp_path / "streams", params_for(tiny, 4), tiny)
+    out = tmp_path / "vocab"
+    cmd = [sys.executable, "scripts/draft_vocab.py", "--model", str(tiny_folders["llama"]),
+           "--adapter", str(source), "--data", str(data_file), "--size", "8",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((out / "adapter_config.json").read_text())
+    examples = load_dataset(data_file, tiny.tokenizer, 512).examples
+    assert tuple(config["stream_config"]["draft_vocab"]) == draft_vocabulary(examples, 8)
+    name = "adapters.safetensors"
+    assert (out / name).read_bytes() == (source / name).read_bytes()
+    assert read_adapter(out, tiny).streams.config.draft_vocab == draft_vocabulary(examples, 8)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_draft_vocabulary_is_the_commonest_targets():
+    examples = [Example([1, 5, 5, 7, 9], [False, True, True, True, False]),
+                Example([5, 7, 2, 2], [False, True, True, True])]  # fmt: skip
+    # targets 5 x2 (the prompt's 1 and 5 and the masked 9 do not count), 7 x2, 2 x2
+    assert draft_vocabulary(examples, 2) == (2, 5)  # ties: the lower id
+    assert draft_vocabulary(examples, 9) == (2, 5, 7)
+    with pytest.raises(ss.SpecstreamError, match="no target tokens"):
+        draft_vocabulary([Example([1, 2], [False, False])], 4)

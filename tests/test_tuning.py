@@ -34,7 +34,7 @@ from specstream_mlx.sampling import SamplingParams
 from specstream_mlx.streams.config import StreamConfig
 from specstream_mlx.streams.params import StreamParams
 
-from .tiny import FAMILIES
+from .tiny import FAMILIES, draft_vocab
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +269,7 @@ def valid_tree(raw, gamma, depth):
     seed=st.integers(0, 1000),
     guess=st.booleans(),
     parent=st.sampled_from([0, 4]),
+    vocab=st.booleans(),
 )
 def test_static_trees_and_compiled_passes_equal_plain_greedy(
     tiny_models,
@@ -284,6 +285,7 @@ def test_static_trees_and_compiled_passes_equal_plain_greedy(
     seed,
     guess,
     parent,
+    vocab,
 ):
     loaded = tiny_models[family]
     paths = valid_tree(raw, gamma, depth)
@@ -295,6 +297,7 @@ def test_static_trees_and_compiled_passes_equal_plain_greedy(
         top_k=3,
         next_token_guess=guess,
         parent_rank=parent,
+        draft_vocab=draft_vocab(loaded, seed) if vocab else None,
     )
     params = params.with_config(tree=paths, max_tree_nodes=len(paths) + 1)
     params.config.validate(loaded.config["num_hidden_layers"])
@@ -877,14 +880,18 @@ def test_streams_that_know_the_next_token_are_charged_their_head_pass(tiny_model
 
 def test_streams_that_read_their_parent_are_charged_a_head_pass_each(tiny_models):
     """Parent heads run the head once per drafted stream after the main stream's: with a head
-    as dear as the whole model, a tree that pays without them no longer does."""
+    as dear as the whole model, a tree that pays without them no longer does; over a draft
+    vocabulary of a tenth of the tokens, those head passes cost a tenth, and it pays again."""
     loaded = tiny_models["llama"]
     curve = flat_curve(loaded, per_row=0.01)
     curve.head_ms = [loaded.config["num_hidden_layers"] * c for c in curve.head_ms]
     acceptance = Acceptance(2, 100, {(0,): 60, (0, 0): 30})
+    tenth = tuple(range(0, loaded.config["vocab_size"], 10))
     plans = {}
-    for rank in (0, 4):
-        params = streams_for(loaded, 9, gamma=2, n_msa_layers=2, parent_rank=rank)
+    for rank, vocab in ((0, None), (4, None), (4, tenth)):
+        params = streams_for(
+            loaded, 9, gamma=2, n_msa_layers=2, parent_rank=rank, draft_vocab=vocab
+        )
         params.acceptance = acceptance
-        plans[rank] = calibration.plan_tree(loaded, params, curve)
-    assert plans[0].paths and not plans[4].paths
+        plans[rank, vocab] = calibration.plan_tree(loaded, params, curve)
+    assert plans[0, None].paths and not plans[4, None].paths and plans[4, tenth].paths

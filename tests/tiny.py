@@ -74,3 +74,10 @@ def save_tiny_model(folder: Path, family: str, seed: int = 0, **overrides) -> Pa
     (folder / "config.json").write_text(json.dumps(config))
     byte_tokenizer().save_pretrained(str(folder))
     return folder
+
+
+def draft_vocab(loaded, seed: int) -> tuple[int, ...]:
+    """A random third of the model's vocabulary, as an adapter's draft vocabulary."""
+    vocab = loaded.config["vocab_size"]
+    picked = mx.random.permutation(vocab, key=mx.random.key(seed))[: vocab // 3]
+    return tuple(sorted(int(t) for t in picked.tolist()))

@@ -30,7 +30,7 @@ import mlx.core as mx
 from ..models.arch import Arch
 from .policy import StaticShape
 from .tree import Tree, msa_mask
-from .tree_step import MsaRows, msa_layers, one_head_pass, stream_logits
+from .tree_step import DraftVocab, MsaRows, msa_layers, one_head_pass, stream_logits
 
 CAPACITY_STEP = 256
 MAX_TRACES = 48  # traces kept per Passes, least recently used dropped
@@ -155,6 +155,8 @@ class Passes:
     def __init__(self, arch: Arch, params=None, compiled: bool = True):
         self.arch, self.params, self.compiled = arch, params, compiled
         self._fns: dict[tuple, object] = {}
+        if params is not None:
+            DraftVocab.of(arch, params)  # made before a trace reads it
 
     def logits(
         self,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from ..errors import SpecstreamError
 from ..models.arch import Arch
 from ..streams.params import StreamParams
 from .kv import MainOnlyCache
@@ -24,8 +25,53 @@ ONE_HEAD_PASS_ROWS = 64
 def one_head_pass(params: StreamParams | None, rows: int) -> bool:
     """Whether the main and stream logits of `rows` rows come from one head pass: up to
     ONE_HEAD_PASS_ROWS, unless the streams read their parent's token (parent heads), which
-    the main stream's logits decide first."""
-    return rows <= ONE_HEAD_PASS_ROWS and not (params is not None and params.config.parent_rank)
+    the main stream's logits decide first, or draft from a vocabulary of their own (a head
+    pass of its own, over fewer columns)."""
+    if params is None:
+        return rows <= ONE_HEAD_PASS_ROWS
+    cfg = params.config
+    return rows <= ONE_HEAD_PASS_ROWS and not cfg.parent_rank and cfg.draft_vocab is None
+
+
+@dataclass
+class DraftVocab:
+    """The head the streams draft with: the LM head's columns of the adapter's draft vocabulary
+    (StreamConfig.draft_vocab)."""
+
+    ids: mx.array  # (K,) uint32
+    columns: mx.array  # (d, K)
+    size: int  # the whole vocabulary's
+
+    @classmethod
+    def of(cls, arch: Arch, params: StreamParams) -> DraftVocab | None:
+        """`params`' draft head for `arch`, made once (eagerly: before any compiled trace reads
+        it; `Passes` and `read_adapter` ask first). None: the streams use the whole head."""
+        if params.config.draft_vocab is None:
+            return None
+        if params.draft is None:
+            ids = mx.array(params.config.draft_vocab, dtype=mx.uint32)
+            columns = arch.head_columns(ids)
+            size = arch.lm_head(mx.zeros((1, arch.dims), columns.dtype)).shape[-1]
+            if int(ids[-1].item()) >= size:
+                raise SpecstreamError(
+                    f"draft_vocab names token {int(ids[-1].item())}: the model has {size}"
+                )
+            mx.eval(columns)
+            params.draft = cls(ids, columns, size)
+        return params.draft
+
+    def logits(self, x: mx.array) -> mx.array:
+        """(..., d) normed hidden -> (..., V) logits: the head's over the vocabulary, -inf
+        elsewhere (never drafted; softmax gives them probability 0)."""
+        small = x @ self.columns
+        out = mx.full((*x.shape[:-1], self.size), -mx.inf, small.dtype)
+        out[..., self.ids] = small
+        return out
+
+
+def _draft_head(arch: Arch, params: StreamParams, x: mx.array) -> mx.array:
+    vocab = DraftVocab.of(arch, params)
+    return arch.lm_head(x) if vocab is None else vocab.logits(x)
 
 
 @dataclass
@@ -51,10 +97,10 @@ def stream_logits(arch: Arch, params: StreamParams, hidden: mx.array, parents: m
     stream after the other (the chain of the tree's first children). Training feeds each
     stream its true parent instead (training.forward)."""
     if not params.config.parent_rank:
-        return arch.lm_head(arch.norm(hidden))
+        return _draft_head(arch, params, arch.norm(hidden))
     out = []
     for j, head in enumerate(params.parent_heads[: hidden.shape[1]]):
-        out.append(arch.lm_head(arch.norm(head(hidden[:, j], arch.embed(parents)))))
+        out.append(_draft_head(arch, params, arch.norm(head(hidden[:, j], arch.embed(parents)))))
         parents = mx.argmax(out[-1], axis=-1)
     return mx.stack(out, axis=1)
 

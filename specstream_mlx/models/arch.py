@@ -45,6 +45,12 @@ class Arch:
     ropes: list[PositionedRoPE]
     dims: int
 
+    def head_columns(self, ids: mx.array) -> mx.array:
+        """(d, K): the LM head's weights for tokens `ids`, in the model's dtype (x @ them gives
+        the head's logits of those tokens; any head: its own, tied or quantized)."""
+        dtype = self.embed(mx.array([0])).dtype
+        return mx.take(self.lm_head(mx.eye(self.dims, dtype=dtype)), ids, axis=1)
+
     @contextmanager
     def positions(self, positions: mx.array):
         """Rotate the tokens of the next forward passes to explicit positions."""

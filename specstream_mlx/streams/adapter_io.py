@@ -248,6 +248,12 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
     _check_base(folder, config, loaded)
     stream_config.validate(loaded.config["num_hidden_layers"])
+    vocab = stream_config.draft_vocab
+    if vocab and vocab[-1] >= loaded.config["vocab_size"]:
+        raise SpecstreamError(
+            f"adapter {folder}: its draft_vocab names token {vocab[-1]}, the model has "
+            f"{loaded.config['vocab_size']}"
+        )
     weights = _read_weights(folder)
     params = StreamParams(stream_config, loaded.config["hidden_size"])
     expected = {name: tuple(w.shape) for name, w in tree_flatten(params.parameters())}

@@ -48,6 +48,12 @@ class StreamConfig:
     # node, decided in the same pass; stream j: stream j-1's best token), so stream j guesses
     # the token after a known one. 0: none. Costs one head pass per drafted stream, in turn.
     parent_rank: int = 0
+    # The streams draft from these token ids only (sorted; the commonest targets of the
+    # adapter's training data): their head pass reads K of the head's V columns, which matters
+    # where it runs once per drafted stream (parent heads) or the vocabulary is large. Lossless
+    # either way (the main stream keeps the whole head); a target outside it is never drafted.
+    # None: the whole vocabulary.
+    draft_vocab: tuple[int, ...] | None = None
     # A static sparse draft tree as rank paths ((0,), (1,), (0, 0), ...: node (i1..ij) holds the
     # i_j-th best token of stream j); None drafts every stream's top_k (then pruned). Chosen per
     # device from measured acceptance (calibration.tuned); never saved with an adapter.
@@ -96,6 +102,7 @@ class StreamConfig:
             problems.append("attention_adapters needs the streams' own adapters")
         if not isinstance(self.parent_rank, int) or self.parent_rank < 0:
             problems.append(f"parent_rank must be a whole number >= 0, got {self.parent_rank!r}")
+        problems += _vocab_problems(self.draft_vocab, self.top_k)
         if self.tree is not None:
             problems += _tree_problems(self.tree, self.gamma)
             if any(r >= self.top_k for path in self.tree for r in path):
@@ -119,8 +126,9 @@ class StreamConfig:
         if data.get("mode") == "shared":  # adapters made before these fields existed
             data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
         out = {k: v for k, v in data.items() if k in known and k != "tree"}
-        if isinstance(out.get("lora_blocks"), list):
-            out["lora_blocks"] = tuple(out["lora_blocks"])
+        for name in ("lora_blocks", "draft_vocab"):
+            if isinstance(out.get(name), list):
+                out[name] = tuple(out[name])
         return cls(**out)
 
 
@@ -132,6 +140,15 @@ def _blocks_problems(blocks, n_layers: int | None) -> list[str]:
         if n_layers is None or all(b < n_layers for b in blocks):
             return []
     return [f"lora_blocks must be increasing block indices, got {blocks!r}"]
+
+
+def _vocab_problems(vocab, top_k: int) -> list[str]:
+    if vocab is None:
+        return []
+    ok = isinstance(vocab, tuple) and all(type(t) is int and t >= 0 for t in vocab)
+    if ok and list(vocab) == sorted(set(vocab)) and len(vocab) >= top_k:
+        return []
+    return [f"draft_vocab must be at least top_k ({top_k}) increasing token ids"]
 
 
 def _tree_problems(tree, gamma: int) -> list[str]:

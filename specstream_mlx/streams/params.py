@@ -53,6 +53,7 @@ class StreamParams(nn.Module):
         super().__init__()
         self.config = config
         self.acceptance = None  # decoding.plan.Acceptance, read with an adapter folder
+        self.draft = None  # decoding.tree_step.DraftVocab: the head over config.draft_vocab
         self.stream_embeddings = mx.random.normal((config.gamma, dims)) * 0.02
         if config.has_stream_adapters:
             self.adapters = [
@@ -87,4 +88,6 @@ class StreamParams(nn.Module):
         tree shape: `params.with_config(top_k=1, max_tree_nodes=4)`."""
         other = copy.copy(self)
         other.config = replace(self.config, **changes)
+        if other.config.draft_vocab != self.config.draft_vocab:
+            other.draft = None
         return other

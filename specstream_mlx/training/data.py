@@ -52,6 +52,16 @@ class Dataset:
         return held
 
 
+def draft_vocabulary(examples: list[Example], size: int) -> tuple[int, ...]:
+    """The `size` commonest target tokens of `examples` (ties: the lower id), sorted: an
+    adapter's draft vocabulary (StreamConfig.draft_vocab), what its streams learned to guess."""
+    counts = Counter(t for ex in examples for t, m in zip(ex.ids, ex.loss_mask, strict=True) if m)
+    if not counts:
+        raise SpecstreamError("no target tokens to take a draft vocabulary from")
+    common = sorted(counts, key=lambda t: (-counts[t], t))[:size]
+    return tuple(sorted(common))
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """Rows of a jsonl file; every malformed line is reported with its number, at once."""
     rows = read_rows(path, _training_row)

@@ -206,6 +206,18 @@ class StreamStates:
         mx.eval(hidden)
         return cls(feats.targets, feats.loss_mask, positions, hidden)
 
+    @classmethod
+    def shared(cls, arch: Arch, params: StreamParams, ids, loss_mask) -> StreamStates:
+        """Shared mode's: the model with its (frozen) LoRA layers over the sequence, its
+        streams where shared training scores them (`shared_loss`)."""
+        ids, mask = mx.array(ids), np.asarray(loss_mask, bool)
+        carry = shared_stream_positions(params.config, mask)
+        positions = np.intersect1d(stream_positions(mask, params.config.gamma), carry)
+        streams = shared_hidden(arch, params, Frozen.of(arch, ids, 0), carry)[2]
+        hidden = streams[mx.array(np.searchsorted(carry, positions))]
+        mx.eval(hidden)
+        return cls(ids, mask, positions, hidden)
+
 
 def parent_loss(arch: Arch, params: StreamParams, states: StreamStates, positions: np.ndarray):
     """Parent-head training's loss for one sequence: the streams' mean NLLs at `positions` (some

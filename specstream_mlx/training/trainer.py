@@ -290,22 +290,22 @@ class LosslessObjective:
         return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
 
 
-class ParentObjective(LosslessObjective):
-    """Parent heads on trained lossless streams (TrainConfig.parents_only): everything else is
-    frozen, so the streams' last hidden states are a constant of each sequence, computed once
-    from the base's features and cached in their place; a step runs only the parent heads and
-    the LM head on a segment of positions."""
+class ParentObjective:
+    """Parent heads on trained streams (TrainConfig.parents_only): everything else is frozen,
+    so the streams' last hidden states are a constant of each sequence, `states_of(example)`
+    (StreamStates: lossless or shared mode's), computed once and cached; a step runs only the
+    parent heads and the LM head on a segment of positions."""
 
-    def __init__(self, arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
-        super().__init__(arch, params, data, val, cfg, cache_bytes)
+    terms = "streams"
+    scale = 1.0  # the learning rate's residual scaling is for stream weights, frozen here
+
+    def __init__(self, arch, params, states_of, data: Dataset, val: list[Example], cfg, cache):
         params.freeze()
         for head in params.parent_heads:
             head.unfreeze()
-        features = self.features.features
-        self.features = FeatureCache(
-            lambda ex: StreamStates.of(arch, params, features(ex)), data.examples, cache_bytes
-        )
-        self.val_states: dict[int, mx.array] = {}  # the frozen streams' states, once each
+        self.arch, self.params, self.data, self.cfg, self.module = arch, params, data, cfg, params
+        self.features = FeatureCache(states_of, data.examples, cache)
+        self.val = [states_of(ex) for ex in val]
 
     def loss(self, module, i: int, seen: int):
         states = self.features[i]
@@ -315,10 +315,28 @@ class ParentObjective(LosslessObjective):
         return total, mx.stack(nll)
 
     def val_hidden(self, i: int, rows: np.ndarray) -> mx.array:
-        if i not in self.val_states:  # validation scores the same rows of an example each time
-            self.val_states[i] = super().val_hidden(i, rows)
-            mx.eval(self.val_states[i])
-        return self.val_states[i]
+        states = self.val[i]
+        return states.hidden[mx.array(np.searchsorted(states.positions, rows))]
+
+    def validate(self) -> dict:
+        return asdict(validate_streams(self.arch, self.params, self.val, self.val_hidden))
+
+
+def parent_objective(arch, params, data: Dataset, val: list[Example], cfg, cache_bytes: int):
+    """ParentObjective over the streams of `params`, lossless (on the frozen base's features)
+    or shared (through the model's LoRA layers)."""
+    if params.config.mode == "shared":
+        return ParentObjective(
+            arch, params, lambda ex: StreamStates.shared(arch, params, ex.ids, ex.loss_mask),
+            data, val, cfg, cache_bytes,
+        )  # fmt: skip
+    n_msa = params.config.n_msa_layers
+
+    def states_of(ex: Example) -> StreamStates:
+        feats = base_features(arch, n_msa, ex.ids, ex.loss_mask, cfg.targets)
+        return StreamStates.of(arch, params, feats)
+
+    return ParentObjective(arch, params, states_of, data, val, cfg, cache_bytes)
 
 
 class SharedObjective:
@@ -530,22 +548,21 @@ def train(
                 f"shared mode trains LoRA layers {want} on the model, which has "
                 f"{on_model or 'none'}: call apply_lora with that rank and scale first"
             )
-    if cfg.parents_only and (params is None or params.config.mode != "lossless"):
-        raise SpecstreamError("parents_only trains the parent heads of lossless streams")
+    if cfg.parents_only and (params is None or not params.config.parent_rank):
+        raise SpecstreamError("parents_only trains parent heads: the streams have none")
     bottom = Bottom(arch, _frozen_blocks(arch, params, medusa, cfg), feature_cache_bytes)
     if medusa is not None:
         objective = MedusaObjective(arch, medusa, data, val, cfg, feature_cache_bytes)
     elif params is None:
         objective = NextTokenObjective(loaded.model, data, val, bottom)
+    elif params.config.mode == "lossless" and on_model:
+        raise SpecstreamError("lossless training needs the base model without LoRA layers")
+    elif cfg.parents_only:
+        objective = parent_objective(arch, params, data, val, cfg, feature_cache_bytes)
     elif params.config.mode == "shared":
         objective = SharedObjective(arch, params, loaded.model, data, val, bottom)
     else:
-        if on_model:
-            raise SpecstreamError("lossless training needs the base model without LoRA layers")
-        if cfg.parents_only and not params.config.parent_rank:
-            raise SpecstreamError("parents_only trains parent heads: the streams have none")
-        make = ParentObjective if cfg.parents_only else LosslessObjective
-        objective = make(arch, params, data, val, cfg, feature_cache_bytes)
+        objective = LosslessObjective(arch, params, data, val, cfg, feature_cache_bytes)
     what = (
         params.config.to_dict()
         if params
