@@ -20,6 +20,13 @@
 # first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`,
 # into RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the
 # data set's references: the text its streams predict at run time.
+# Then, for the tools shipped with them (data2text since 2026-12-05), parent heads: `specstream
+# train --parent-rank PARENT_RANK (128) --from` the adapter above on the first PARENT_ROWS rows
+# of the train split, PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through
+# the adapter's frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the
+# whole train split (scripts/draft_vocab.py), the LoRA stored as float16 again (a convert round
+# trip) and the acceptance statistics measured (`calibrate --measure-acceptance`, dev items
+# 40-87); PARENT_RANK=0 skips it, and it is skipped for the tools that ship without heads.
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -33,9 +40,10 @@ case "$task" in
     # (28 min) the same way (docs/BENCHMARKS.md, issue 20); summarize twice as long, 6,000
     # examples (shipped from a GPU, 2026-11-28: its streams gained, its ROUGE held; 750 steps
     # took 72 min here, so ~2.5 h).
-    sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 ;;
-    data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 ;;
-    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 ;;
+    sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 parent=0 ;;
+    data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 parent=128
+        parent_rows=1501 parent_steps=400 suite=e2e dev=e2e/dev.csv ;;  # 1,500 rows + header
+    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=0 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
@@ -75,6 +83,22 @@ c = json.load(open(p))
 c["stream_config"].update(top_k=1, max_tree_nodes=2)
 open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
+if [ "${PARENT_RANK:-$parent}" != 0 ]; then
+    run=${RUN_DIR:-../runs}
+    mkdir -p "$run"
+    head -n "${PARENT_ROWS:-$parent_rows}" "$DATA_DIR/$data" > "$run/${task}_parent_rows.${data##*.}"
+    ./dev.sh specstream train --mode shared --parent-rank "${PARENT_RANK:-$parent}" --from "$out" \
+        --task "$task" --data "$run/${task}_parent_rows.${data##*.}" --out "$run/${task}_parent" \
+        --overwrite --steps "${PARENT_STEPS:-$parent_steps}" --batch-size 4 --segment 64 \
+        --lr 1e-3 --warmup 20 --val-every 100 --checkpoint-every 25
+    ./dev.sh python scripts/draft_vocab.py --adapter "$run/${task}_parent" --task "$task" \
+        --data "$DATA_DIR/$data" --size 8192 --out "$run/${task}_vocab" --overwrite
+    ./dev.sh specstream convert --from "$run/${task}_vocab" --to "$run/${task}_vocab_torch" --overwrite
+    ./dev.sh specstream convert --from "$run/${task}_vocab_torch" --to "$out" --overwrite \
+        --lora-dtype float16
+    ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --suite "$suite" \
+        --data "$DATA_DIR/$dev" --limit 48 --max-tokens 96
+fi
 if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi
 fi
 rm -f "$readme"
