@@ -20,7 +20,7 @@
 # first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`,
 # into RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the
 # data set's references: the text its streams predict at run time.
-# Then, for the tools shipped with them (data2text since 2026-12-05), parent heads: `specstream
+# Then, for the tools shipped with them (data2text and sql since 2026-12-05), parent heads: `specstream
 # train --parent-rank PARENT_RANK (128) --from` the adapter above on the first PARENT_ROWS rows
 # of the train split, PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through
 # the adapter's frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the
@@ -40,7 +40,8 @@ case "$task" in
     # (28 min) the same way (docs/BENCHMARKS.md, issue 20); summarize twice as long, 6,000
     # examples (shipped from a GPU, 2026-11-28: its streams gained, its ROUGE held; 750 steps
     # took 72 min here, so ~2.5 h).
-    sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 parent=0 ;;
+    sql) data=sql/train.jsonl steps=750 max_length=320 lora_layers=0 parent=128
+        parent_rows=800 parent_steps=200 suite=sql dev=sql/dev.jsonl ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 parent=128
         parent_rows=1501 parent_steps=400 suite=e2e dev=e2e/dev.csv ;;  # 1,500 rows + header
     summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=0 ;;
