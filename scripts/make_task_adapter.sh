@@ -44,7 +44,8 @@ case "$task" in
         parent_rows=800 parent_steps=200 suite=sql dev=sql/dev.jsonl ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 parent=128
         parent_rows=1501 parent_steps=400 suite=e2e dev=e2e/dev.csv ;;  # 1,500 rows + header
-    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=0 ;;
+    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=0
+        parent_rows=300 parent_steps=200 suite=dialogsum dev=dialogsum/dev.jsonl ;;  # no gain
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
