@@ -30,6 +30,10 @@ class Task:
             raise SpecstreamError(f"{self.name}: missing input {', '.join(missing)}")
         return self.template.format(**{f: str(inputs[f]).strip() for f in self.fields})
 
+    def source(self, data_file: str | Path) -> str:
+        """What a training row from `data_file` names as its source: data set and file."""
+        return f"{self.dataset} {Path(data_file).name}"
+
 
 TASKS = {
     "summarize": Task(

@@ -205,6 +205,29 @@ def test_training_reader_skips_degenerate_rows(tiny, tmp_path):
     data = load_dataset(path, tiny.tokenizer)
     assert len(data) == 2 and data.summary["skipped_degenerate"] == 1
     assert data.summary["sources"] == {"x@1": 1, "y@2": 1}
+    assert data.summary["licences"] == {"unknown: see the source's own terms": 2}
+
+
+def test_licences_name_every_source_a_task_or_the_chat_mix_gives():
+    """Each writing task's data set and each chat-mix kind has a licence, so an adapter's config
+    says under which terms its training text came."""
+    from specstream_mlx.tasks import TASKS
+    from specstream_mlx.training.chat_prompts import MIX_SOURCES
+    from specstream_mlx.training.licences import licence_of, licences
+
+    assert all(licence_of(t.source("train.jsonl")) for t in TASKS.values())
+    assert all(licence_of(s) for s in MIX_SOURCES.values())
+    assert licence_of("dialogsum train.jsonl") == "CC BY-NC-SA 4.0 (DialogSum)"
+    assert licence_of("someone/else@123") is None
+    counts = licences({"teknium1/GPTeacher@4810751": 3, "openai/grade-school-math@3101c7d": 2})
+    assert counts == {"MIT (GPTeacher; GPT-4-generated)": 3, "MIT (GSM8K)": 2}
+
+
+def test_licences_name_every_source_of_the_real_instructions():
+    from specstream_mlx.training.licences import licence_of
+
+    seen = {r.source for r in read_instructions(real_data_file("instructions/instructions.jsonl"))}
+    assert len(seen) == 6 and all(licence_of(s) for s in seen), seen
 
 
 def test_distill_cli_reads_a_split_of_the_instructions(tmp_path):

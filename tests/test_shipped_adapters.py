@@ -69,3 +69,29 @@ def test_shipped_adapter_extra_parameters_within_budget(name):
     weights = mx.load(str(SHIPPED_DIR / name / "adapters.safetensors"))
     extra = sum(w.size for k, w in weights.items() if not k.startswith("lora."))
     assert 0 < extra <= 1_000_000
+
+
+def _data_records(node):
+    """Every training-data record in an adapter config, nested ones (streams_from, continues)
+    included."""
+    if isinstance(node, dict):
+        if "path" in node and "examples" in node:
+            yield node
+        for value in node.values():
+            yield from _data_records(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _data_records(value)
+
+
+@pytest.mark.parametrize("name", ["chat", "data2text", "sql", "summarize", "qwen-chat", "qwen-sql"])
+def test_shipped_adapter_names_its_training_data_and_licences(name):
+    """Attribution travels with what is trained on the data: each training step's record in a
+    shipped adapter's config names its sources and their licences, none of unknown terms."""
+    folder = SHIPPED_DIR / name.replace("qwen-", "qwen2.5-coder-0.5b-instruct/")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    records = list(_data_records(config["training"]))
+    assert records
+    for record in records:
+        assert sum(record["sources"].values()) == sum(record["licences"].values()) > 0
+        assert not any(lic.startswith("unknown") for lic in record["licences"])

@@ -69,6 +69,10 @@ def test_task_training_rows_mask_the_prompt(tiny_folders, data):
     assert completion.strip().startswith(first.references[0][:20])
     assert "Question:" not in completion
     assert dataset.summary["task"] == "sql"
+    # attribution travels with the adapter: the data set and its licence
+    rows = len(read_task_examples("sql", data / "sql" / "dev.jsonl"))  # each row read
+    assert dataset.summary["sources"] == {"sql dev.jsonl": rows}
+    assert dataset.summary["licences"] == {"BSD-3-Clause (WikiSQL) and CC BY-SA 4.0 (Spider)": rows}
 
 
 def test_quality_metrics_by_hand():

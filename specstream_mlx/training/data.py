@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import SpecstreamError
 from ..jsonl import BadRow, read_rows
+from .licences import licences
 
 
 @dataclass
@@ -142,9 +143,10 @@ def load_dataset(
     than max_length are cut (and counted); rows flagged degenerate are skipped (and counted)."""
     degenerate = 0
     if task:
-        from ..tasks import read_task_examples
+        from ..tasks import get_task, read_task_examples
 
-        rows = [ex.row() for ex in read_task_examples(task, path)]
+        source = get_task(task).source(path)
+        rows = [{**ex.row(), "source": source} for ex in read_task_examples(task, path)]
     else:
         rows = read_jsonl(path)
         kept = [r for r in rows if r.get("degenerate") is not True]
@@ -174,4 +176,5 @@ def load_dataset(
     }
     if sources:
         summary["sources"] = dict(sorted(sources.items()))
+        summary["licences"] = licences(sources)
     return Dataset(examples, str(path), truncated, summary)

@@ -72,5 +72,5 @@ def task_items(task: str, data_file: str | Path | None, seed: int) -> list[Instr
         raise SpecstreamError("--task needs --data-file (the task's data, e.g. its train split)")
     examples = read_task_examples(task, data_file)
     random.Random(seed).shuffle(examples)
-    source = f"{get_task(task).dataset} {Path(data_file).name}"
+    source = get_task(task).source(data_file)
     return [Instruction(ex.prompt, source, task) for ex in examples]
