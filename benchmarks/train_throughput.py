@@ -4,12 +4,17 @@ on the default model, for shared mode and the next-token baseline with LoRA in e
 
     ./dev.sh python benchmarks/train_throughput.py [--task sql] [--examples 16] [--epochs 2]
         [--lora-layers 0 8 12] [--json docs/results/train_throughput.json]
+    PYTHONPATH=. ./dev.sh python benchmarks/train_throughput.py --engine torch [--device cuda]
 
 Each row trains `--epochs` passes over the same `--examples` writing-tool sequences (batch 4,
 the recipe of scripts/make_task_adapter.sh: 8 MSA layers, LoRA rank 8): the first pass computes
 what is frozen (lossless: the base's features; --lora-layers N: the output of the blocks below
 the top N) and caches it, later passes reuse it, as a run of several epochs does. A step's time
 is its own (validation excluded). Pause background jobs while it runs: it times the CPU.
+
+`--engine torch` times the PyTorch path's trainer (convert/torch_train.py: the same recipe, on
+`--device`, CUDA where there is one) the same way, for lossless and shared mode; it caches
+nothing, so its epochs cost the same, and it has no next-token baseline.
 """
 
 from __future__ import annotations
@@ -66,6 +71,45 @@ def run(loaded, mode: str, lora_layers: int, data, args) -> dict:
     return {"mode": mode, "lora_layers": lora_layers, "epochs": epochs}
 
 
+def run_torch(mode: str, lora_layers: int, args) -> dict:
+    """One row of the PyTorch trainer: tokens/s per epoch (a fresh base per row: its LoRA)."""
+    import torch
+
+    from convert import torch_train
+    from convert.torch_adapter import add_lora
+    from convert.torch_base import ChatTokenizer, load_base
+    from convert.torch_streams import TorchStreams
+
+    base = load_base(None, device=args.device)
+    data = task_data(ChatTokenizer(base.tokenizer), args)
+    n_layers = base.config["num_hidden_layers"]
+    blocks = tuple(range(n_layers - lora_layers, n_layers)) if lora_layers else None
+    cfg = StreamConfig(gamma=4, n_msa_layers=8, top_k=3, mode=mode, lora_blocks=blocks)
+    torch.manual_seed(0)
+    streams = TorchStreams(cfg.validate(n_layers), base.config["hidden_size"]).to(base.device)
+    if mode == "shared":
+        add_lora(base, cfg)
+    steps_per_epoch = len(data.examples) // 4
+    train_cfg = torch_train.TrainConfig(steps_per_epoch * args.epochs, 4, 3e-3, segment=64)
+    rows = torch_train.train(base, streams, data.examples, train_cfg)
+    tokens = sum(len(ex.ids) for ex in data.examples[: steps_per_epoch * 4])
+    epochs, before = [], 0.0
+    for e in range(args.epochs):
+        seconds = rows[(e + 1) * steps_per_epoch - 1]["seconds"] - before
+        before += seconds
+        epochs.append({"tokens": tokens, "seconds": round(seconds, 2),
+                       "tokens_per_s": round(tokens / seconds, 1)})  # fmt: skip
+    return {"mode": mode, "lora_layers": lora_layers, "epochs": epochs}
+
+
+def task_data(tokenizer, args):
+    """The first --examples rows of the task's train file, in the writing tool's template."""
+    name, max_length = TASKS[args.task]
+    data = load_dataset(Path(args.data_dir) / name, tokenizer, max_length, args.task)
+    data.examples = data.examples[: args.examples]
+    return data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="sql", choices=sorted(TASKS))
@@ -74,14 +118,21 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lora-layers", type=int, nargs="+", default=[0, 8, 12])
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--engine", choices=["mlx", "torch"], default="mlx")
+    parser.add_argument("--device", default=None, help="--engine torch: cpu or cuda")
     args = parser.parse_args()
-    loaded = ss.load()
-    name, max_length = TASKS[args.task]
-    data = load_dataset(Path(args.data_dir) / name, loaded.tokenizer, max_length, args.task)
-    data.examples = data.examples[: args.examples]
-    rows = [run(loaded, "lossless", 0, data, args)]
-    for mode in ("shared", "next-token"):
-        rows += [run(loaded, mode, n, data, args) for n in args.lora_layers]
+    if args.engine == "torch":
+        import torch
+
+        args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        rows = [run_torch("lossless", 0, args)]
+        rows += [run_torch("shared", n, args) for n in args.lora_layers]
+    else:
+        loaded = ss.load()
+        data = task_data(loaded.tokenizer, args)
+        rows = [run(loaded, "lossless", 0, data, args)]
+        for mode in ("shared", "next-token"):
+            rows += [run(loaded, mode, n, data, args) for n in args.lora_layers]
     print("| mode | LoRA blocks | " + " | ".join(
         f"epoch {e + 1} tokens/s" for e in range(args.epochs)) + " |")  # fmt: skip
     print("|---|---|" + "---|" * args.epochs)
@@ -90,7 +141,8 @@ def main() -> None:
         cells = " | ".join(str(e["tokens_per_s"]) for e in row["epochs"])
         print(f"| {row['mode']} | {blocks} | {cells} |")
     if args.json:
-        out = {"task": args.task, "examples": args.examples, "rows": rows, **provenance()}
+        out = {"task": args.task, "examples": args.examples, "engine": args.engine,
+               "device": args.device, "rows": rows, **provenance()}  # fmt: skip
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
 
 

@@ -8,7 +8,7 @@
 #
 # ENGINE=torch trains the shared adapter with the PyTorch path's trainer (convert/torch_train.py,
 # the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed
-# on the dev CPU) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
+# on the Intel dev CPUs, a quarter of it on the AMD one: docs/BENCHMARKS.md) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
 # resume); its LoRA is stored as float16 (`convert --lora-dtype float16`: half the file, the
 # same greedy output on 48 dev prompts of each shipped tool: docs/BENCHMARKS.md). LORA_LAYERS
 # overrides the task's LoRA depth (0: every block), STEPS its optimizer steps (of batch 4), OUT
