@@ -20,13 +20,16 @@
 # first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`,
 # into RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the
 # data set's references: the text its streams predict at run time.
-# Then, for the tools shipped with them (data2text and sql since 2026-12-05), parent heads: `specstream
-# train --parent-rank PARENT_RANK (128) --from` the adapter above on the first PARENT_ROWS rows
-# of the train split, PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through
+# Then parent heads (every tool since 2026-12-05): `specstream train --parent-rank PARENT_RANK
+# (128) --from` the adapter above on the first PARENT_ROWS rows of the train split (summarize:
+# on the tool's own summaries of the first PARENT_ROWS dialogues, `specstream distill --task
+# --adapter`, for its answers do not follow the references), PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through
 # the adapter's frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the
 # whole train split (scripts/draft_vocab.py), the LoRA stored as float16 again (a convert round
 # trip) and the acceptance statistics measured (`calibrate --measure-acceptance`, dev items
 # 40-87); PARENT_RANK=0 skips it, and it is skipped for the tools that ship without heads.
+# The baseline goes to BASELINE_OUT (default runs/TASK_next_token); LORA_LAYERS sets its LoRA
+# depth too (0: every block, as the shipped tools have).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -44,8 +47,8 @@ case "$task" in
         parent_rows=800 parent_steps=200 suite=sql dev=sql/dev.jsonl ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 parent=128
         parent_rows=1501 parent_steps=400 suite=e2e dev=e2e/dev.csv ;;  # 1,500 rows + header
-    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=0
-        parent_rows=300 parent_steps=200 suite=dialogsum dev=dialogsum/dev.jsonl ;;  # no gain
+    summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=128
+        parent_rows=463 parent_steps=250 parent_own=1 suite=dialogsum dev=dialogsum/dev.jsonl ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
@@ -88,9 +91,16 @@ PY
 if [ "${PARENT_RANK:-$parent}" != 0 ]; then
     run=${RUN_DIR:-../runs}
     mkdir -p "$run"
-    head -n "${PARENT_ROWS:-$parent_rows}" "$DATA_DIR/$data" > "$run/${task}_parent_rows.${data##*.}"
+    if [ -n "${parent_own:-}" ]; then  # the tool's own answers: the text its streams predict
+        ./dev.sh specstream distill --task "$task" --data-file "$DATA_DIR/$data" --adapter "$out" \
+            --limit "${PARENT_ROWS:-$parent_rows}" --max-tokens 96 --out "$run/${task}_parent_own.jsonl"
+        parent_data=(--data "$run/${task}_parent_own.jsonl")
+    else
+        head -n "${PARENT_ROWS:-$parent_rows}" "$DATA_DIR/$data" > "$run/${task}_parent_rows.${data##*.}"
+        parent_data=(--task "$task" --data "$run/${task}_parent_rows.${data##*.}")
+    fi
     ./dev.sh specstream train --mode shared --parent-rank "${PARENT_RANK:-$parent}" --from "$out" \
-        --task "$task" --data "$run/${task}_parent_rows.${data##*.}" --out "$run/${task}_parent" \
+        "${parent_data[@]}" --out "$run/${task}_parent" \
         --overwrite --steps "${PARENT_STEPS:-$parent_steps}" --batch-size 4 --segment 64 \
         --lr 1e-3 --warmup 20 --val-every 100 --checkpoint-every 25
     ./dev.sh python scripts/draft_vocab.py --adapter "$run/${task}_parent" --task "$task" \
@@ -105,7 +115,8 @@ if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi
 fi
 rm -f "$readme"
 if [ -n "$which" ]; then
-    mkdir -p runs
-    ./dev.sh specstream train --mode next-token "${common[@]}" --out "runs/${task}_next_token" \
+    baseline=${BASELINE_OUT:-runs/${task}_next_token}
+    mkdir -p "$(dirname "$baseline")"
+    ./dev.sh specstream train --mode next-token "${common[@]}" --out "$baseline" \
         --val-every 50 --checkpoint-every 10
 fi
