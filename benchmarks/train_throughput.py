@@ -14,7 +14,9 @@ is its own (validation excluded). Pause background jobs while it runs: it times 
 
 `--engine torch` times the PyTorch path's trainer (convert/torch_train.py: the same recipe, on
 `--device`, CUDA where there is one) the same way, for lossless and shared mode; it caches
-nothing, so its epochs cost the same, and it has no next-token baseline.
+nothing, so its epochs cost the same, and it has no next-token baseline. Its epochs are cut at
+the time its trainer logs a step, before that step's optimizer update: one AdamW update of
+the streams and LoRA moves from an epoch into the next (a small share of a step).
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ def main() -> None:
     parser.add_argument("--engine", choices=["mlx", "torch"], default="mlx")
     parser.add_argument("--device", default=None, help="--engine torch: cpu or cuda")
     args = parser.parse_args()
+    if args.examples < 4 or args.examples % 4:
+        parser.error("--examples must be a multiple of 4 (whole batches, every example once)")
     if args.engine == "torch":
         import torch
 

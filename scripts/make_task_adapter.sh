@@ -7,27 +7,29 @@
 #   ENGINE=torch LORA_LAYERS=0 OUT=../runs/sql_all scripts/make_task_adapter.sh sql
 #
 # ENGINE=torch trains the shared adapter with the PyTorch path's trainer (convert/torch_train.py,
-# the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed
-# on the Intel dev CPUs, a quarter of it on the AMD one: docs/BENCHMARKS.md) and converts it into OUT; its checkpoint sits beside OUT_torch/ (rerun to
-# resume); its LoRA is stored as float16 (`convert --lora-dtype float16`: half the file, the
-# same greedy output on 48 dev prompts of each shipped tool: docs/BENCHMARKS.md). LORA_LAYERS
-# overrides the task's LoRA depth (0: every block), STEPS its optimizer steps (of batch 4), OUT
-# the adapter folder (its README.md is kept). With ENGINE=torch, INIT=FOLDER continues that
-# adapter instead of starting afresh (convert.torch_train --init), SEED picks another draw of
-# the examples (default 0), LR the streams' peak rate (default 3e-3) and LORA_LR the LoRA's
-# (default 5e-5; 0 freezes the INIT tool's LoRA: only its streams learn, though its answers
-# can still move, the main stream attending to the stream rows); with INIT, DISTILL=N
-# first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`,
-# into RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the
-# data set's references: the text its streams predict at run time.
-# Then parent heads (every tool since 2026-12-05): `specstream train --parent-rank PARENT_RANK
-# (128) --from` the adapter above on the first PARENT_ROWS rows of the train split (summarize:
-# on the tool's own summaries of the first PARENT_ROWS dialogues, `specstream distill --task
-# --adapter`, for its answers do not follow the references), PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through
-# the adapter's frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the
-# whole train split (scripts/draft_vocab.py), the LoRA stored as float16 again (a convert round
-# trip) and the acceptance statistics measured (`calibrate --measure-acceptance`, dev items
-# 40-87); PARENT_RANK=0 skips it, and it is skipped for the tools that ship without heads.
+# the same recipe and optimizer steps; DEVICE=cpu unless set; about 2x the MLX trainer's speed on
+# the Intel dev CPUs, a quarter of it on the AMD one: docs/BENCHMARKS.md) and converts it into OUT;
+# its checkpoint sits beside OUT_torch/ (rerun to resume); its LoRA is stored as float16 (`convert
+# --lora-dtype float16`: half the file, the same greedy output on 48 dev prompts of each shipped
+# tool: docs/BENCHMARKS.md). LORA_LAYERS overrides the task's LoRA depth (0: every block), STEPS its
+# optimizer steps (of batch 4), OUT the adapter folder (its README.md is kept). With ENGINE=torch,
+# INIT=FOLDER continues that adapter instead of starting afresh (convert.torch_train --init), SEED
+# picks another draw of the examples (default 0), LR the streams' peak rate (default 3e-3) and
+# LORA_LR the LoRA's (default 5e-5; 0 freezes the INIT tool's LoRA: only its streams learn, though
+# its answers can still move, the main stream attending to the stream rows); with INIT, DISTILL=N
+# first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`, into
+# RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the data set's
+# references: the text its streams predict at run time.
+# Then parent heads (every tool since 2026-12-05): `specstream train --parent-rank PARENT_RANK (128)
+# --from` the adapter above on the first PARENT_ROWS rows of the train split (summarize: on the
+# tool's own summaries of the first PARENT_ROWS dialogues of distill's seed-0 order, `specstream
+# distill --task --adapter`, for its answers do not follow the references; the file is named after
+# the adapter's weights, so a retrained tool answers afresh and an interrupted distillation
+# resumes), PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through the adapter's
+# frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the whole train split
+# (scripts/draft_vocab.py), the LoRA stored as float16 again (a convert round trip) and the
+# acceptance statistics measured (`calibrate --measure-acceptance`, dev items 40-87); PARENT_RANK=0
+# skips it.
 # The baseline goes to BASELINE_OUT (default runs/TASK_next_token); LORA_LAYERS sets its LoRA
 # depth too (0: every block, as the shipped tools have).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
@@ -48,7 +50,8 @@ case "$task" in
     data2text) data=e2e/train.csv steps=750 max_length=256 lora_layers=0 parent=128
         parent_rows=1501 parent_steps=400 suite=e2e dev=e2e/dev.csv ;;  # 1,500 rows + header
     summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 lora_layers=0 parent=128
-        parent_rows=463 parent_steps=250 parent_own=1 suite=dialogsum dev=dialogsum/dev.jsonl ;;
+        parent_rows=463 parent_steps=250 parent_own=1 parent_val=125 suite=dialogsum
+        dev=dialogsum/dev.jsonl ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
@@ -92,17 +95,19 @@ if [ "${PARENT_RANK:-$parent}" != 0 ]; then
     run=${RUN_DIR:-../runs}
     mkdir -p "$run"
     if [ -n "${parent_own:-}" ]; then  # the tool's own answers: the text its streams predict
-        ./dev.sh specstream distill --task "$task" --data-file "$DATA_DIR/$data" --adapter "$out" \
-            --limit "${PARENT_ROWS:-$parent_rows}" --max-tokens 96 --out "$run/${task}_parent_own.jsonl"
-        parent_data=(--data "$run/${task}_parent_own.jsonl")
+        own=$run/${task}_parent_own_$(sha256sum "$out/adapters.safetensors" | cut -c1-12).jsonl
+        ./dev.sh specstream distill --task "$task" --data-file "$DATA_DIR/$data" \
+            --adapter "$out" --limit "${PARENT_ROWS:-$parent_rows}" --max-tokens 96 --out "$own"
+        parent_data=(--data "$own")
     else
-        head -n "${PARENT_ROWS:-$parent_rows}" "$DATA_DIR/$data" > "$run/${task}_parent_rows.${data##*.}"
-        parent_data=(--task "$task" --data "$run/${task}_parent_rows.${data##*.}")
+        rows=$run/${task}_parent_rows.${data##*.}
+        head -n "${PARENT_ROWS:-$parent_rows}" "$DATA_DIR/$data" > "$rows"
+        parent_data=(--task "$task" --data "$rows")
     fi
     ./dev.sh specstream train --mode shared --parent-rank "${PARENT_RANK:-$parent}" --from "$out" \
         "${parent_data[@]}" --out "$run/${task}_parent" \
         --overwrite --steps "${PARENT_STEPS:-$parent_steps}" --batch-size 4 --segment 64 \
-        --lr 1e-3 --warmup 20 --val-every 100 --checkpoint-every 25
+        --lr 1e-3 --warmup 20 --val-every "${parent_val:-100}" --checkpoint-every 25
     ./dev.sh python scripts/draft_vocab.py --adapter "$run/${task}_parent" --task "$task" \
         --data "$DATA_DIR/$data" --size 8192 --out "$run/${task}_vocab" --overwrite
     ./dev.sh specstream convert --from "$run/${task}_vocab" --to "$run/${task}_vocab_torch" --overwrite

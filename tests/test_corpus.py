@@ -218,7 +218,9 @@ def test_licences_name_every_source_a_task_or_the_chat_mix_gives():
     assert all(licence_of(t.source("train.jsonl")) for t in TASKS.values())
     assert all(licence_of(s) for s in MIX_SOURCES.values())
     assert licence_of("dialogsum train.jsonl") == "CC BY-NC-SA 4.0 (DialogSum)"
-    assert licence_of("someone/else@123") is None
+    # only the forms the project writes: a user's source never borrows a data set's terms
+    for other in ("someone/else@123", "my sql notes", "sql notes", "e2e", "specstream-mlx x"):
+        assert licence_of(other) is None, other
     counts = licences({"teknium1/GPTeacher@4810751": 3, "openai/grade-school-math@3101c7d": 2})
     assert counts == {"MIT (GPTeacher; GPT-4-generated)": 3, "MIT (GSM8K)": 2}
 

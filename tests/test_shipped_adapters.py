@@ -9,6 +9,7 @@ import pytest
 import specstream_mlx as ss
 from specstream_mlx.streams.adapter_io import SHIPPED_DIR, shipped_adapters
 from specstream_mlx.tasks import get_task
+from specstream_mlx.training.licences import licences
 
 PROMPTS = {
     "chat": ["Explain how rainbows form.", "Write a haiku about the moon."],
@@ -93,5 +94,6 @@ def test_shipped_adapter_names_its_training_data_and_licences(name):
     records = list(_data_records(config["training"]))
     assert records
     for record in records:
-        assert sum(record["sources"].values()) == sum(record["licences"].values()) > 0
+        assert record["licences"] == licences(record["sources"])
+        assert sum(record["licences"].values()) > 0
         assert not any(lic.startswith("unknown") for lic in record["licences"])

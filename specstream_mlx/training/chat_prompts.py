@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import SpecstreamError
 from .instructions import Instruction
+from .licences import OWN_PROMPTS
 
 INSTRUCTIONS = [
     "Explain why the sky is blue.",
@@ -124,7 +125,7 @@ def build_chat_mix(
 
 # where a chat-mix prompt's text comes from (../shared/data/README.md: licences), per kind
 MIX_SOURCES = {
-    "instruction": "specstream-mlx chat_prompts.INSTRUCTIONS",
+    "instruction": OWN_PROMPTS,
     "passage": "shared/data wikitext2/train.txt (WikiText-2, CC BY-SA 3.0)",
     "dialogue": "shared/data dialogsum/train.jsonl (DialogSum, CC BY-NC-SA 4.0)",
     "data2text": "shared/data e2e/train.csv (E2E NLG, CC BY-SA 4.0)",

@@ -4,6 +4,11 @@ beside how many rows each source gave."""
 
 from __future__ import annotations
 
+import re
+
+OWN_PROMPTS = "specstream-mlx chat_prompts.INSTRUCTIONS"  # the chat mix's own instructions
+OWN_LICENCE = "Apache-2.0 (specstream-mlx's own prompts)"
+
 # the instruction prompts' `source` ("<owner/repo>@<short commit>", instructions/SOURCES.md)
 INSTRUCTION_LICENCES = {
     "nayohan/dolly-15k-analysis@5797d87": "CC BY-SA 3.0 (databricks-dolly-15k)",
@@ -20,21 +25,21 @@ DATASET_LICENCES = {
     "e2e": "CC BY-SA 4.0 (E2E NLG)",
     "sql": "BSD-3-Clause (WikiSQL) and CC BY-SA 4.0 (Spider)",
     "wikitext2": "CC BY-SA 3.0 (WikiText-2)",
-    "specstream-mlx": "Apache-2.0 (specstream-mlx's own prompts)",
 }
 
 
 def licence_of(source: str) -> str | None:
-    """The licence of a row's source: an instruction repository, or a source naming a data set
-    folder ("dialogsum train.jsonl", "shared/data e2e/train.csv (...)") or this project's own
-    prompts ("specstream-mlx chat_prompts.INSTRUCTIONS"); None if unknown."""
+    """The licence of a row's source, in the forms this project writes: an instruction
+    repository ("<owner/repo>@<commit>"), a writing task's data file ("dialogsum train.jsonl":
+    `Task.source`), a chat-mix kind's ("shared/data e2e/train.csv (...)") or this project's
+    own prompts ("specstream-mlx chat_prompts.INSTRUCTIONS"); None for anything else."""
     if source in INSTRUCTION_LICENCES:
         return INSTRUCTION_LICENCES[source]
-    words = source.replace("/", " ").split()
-    for word in words[:3]:
-        if word in DATASET_LICENCES:
-            return DATASET_LICENCES[word]
-    return None
+    if source == OWN_PROMPTS:
+        return OWN_LICENCE
+    match = re.fullmatch(r"(\S+) [^\s/]+\.(?:jsonl|csv|txt)", source)
+    match = match or re.match(r"shared/data (\S+?)/", source)
+    return DATASET_LICENCES.get(match.group(1)) if match else None
 
 
 def licences(sources: dict[str, int]) -> dict[str, int]:
