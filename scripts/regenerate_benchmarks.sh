@@ -141,6 +141,25 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == summarize's parent heads learn its own summaries (issues 18 and 20) ==
+    # the shipped `summarize` (parent heads on its own summaries since 2026-12-05): its
+    # acceptance on dialogsum dev items 40-75 on a copy (about 3 min), the writing tool side by
+    # side with mlx-lm (about 5 min), then both trainers' throughput (about 12 min). Its training
+    # is scripts/make_task_adapter.sh summarize's last step (about an hour), not redone.
+    S="summarize's parent heads learn its own summaries"
+    step "$S" bash -c "rm -rf runs/acc_summarize && mkdir -p runs && cp -r specstream_mlx/adapters/summarize runs/acc_summarize"
+    step "$S" into $R/acceptance_summarize_own_parent_items40_75.json ./dev.sh specstream \
+        calibrate --adapter runs/acc_summarize --measure-acceptance --suite dialogsum \
+        --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
+    step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
+        --json $R/bench_dialogsum_own_parent_amd_1205.json \
+        --markdown $R/bench_dialogsum_own_parent_amd_1205.md
+    step "$S" env PYTHONPATH=. ./dev.sh python benchmarks/train_throughput.py --engine torch \
+        --examples 8 --epochs 2 --lora-layers 0 8 --json $R/train_throughput_torch_amd_1205.json
+    step "$S" ./dev.sh python benchmarks/train_throughput.py --examples 8 --epochs 2 \
+        --lora-layers 0 8 --json $R/train_throughput_mlx_amd_1205.json
+
     # == Streams that read their parent's token (issue 20) ==
     # the shipped `chat` (parent heads since 2026-12-04) scored on the 300 dev answers of
     # corpus shard dev-00001 (the first 300 usable; about 15 min), its acceptance on the chat
