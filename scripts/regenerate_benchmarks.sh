@@ -160,6 +160,26 @@ steps() {
     step "$S" ./dev.sh python benchmarks/train_throughput.py --examples 8 --epochs 2 \
         --lora-layers 0 8 --json $R/train_throughput_mlx_amd_1205.json
 
+    # == Parent heads for the writing tools, and a draft vocabulary (issues 18 and 20) ==
+    # a head over K columns timed (about 2 min), then the shipped `data2text` and `sql` (parent
+    # heads and a vocabulary since 2026-12-05): their acceptance on copies (about 4 min each)
+    # and the bench (about 5 min each; sql's shipped row was run with --methods ar,ss,ss+pld).
+    # The rows of the adapters before, and their training, are not redone.
+    S="Parent heads for the writing tools, and a draft vocabulary"
+    step "$S" ./dev.sh python benchmarks/draft_head.py --rounds 9 \
+        --json $R/draft_head_amd_1205.json
+    for t in "e2e e2e/dev.csv data2text" "sql sql/dev.jsonl sql"; do
+        read -r t p a <<< "$t"
+        step "$S" bash -c "rm -rf runs/acc_$a && mkdir -p runs && cp -r specstream_mlx/adapters/$a runs/acc_$a"
+        step "$S" into $R/calibration_${a}_parent_vocab_amd_1205.json ./dev.sh specstream \
+            calibrate --adapter runs/acc_$a --measure-acceptance --suite "$t" --data "$D/$p" \
+            --limit 48 --max-tokens 96 --json
+        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
+            --json $R/bench_${t}_parent_vocab_amd_1205.json \
+            --markdown $R/bench_${t}_parent_vocab_amd_1205.md
+    done
+
     # == Streams that read their parent's token (issue 20) ==
     # the shipped `chat` (parent heads since 2026-12-04) scored on the 300 dev answers of
     # corpus shard dev-00001 (the first 300 usable; about 15 min), its acceptance on the chat
