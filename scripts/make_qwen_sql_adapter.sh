@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Re-creates Qwen2.5-Coder-0.5B-Instruct's shipped `sql` adapter (lossless speculative streams for
 # the sql writing tool, issue 19): streams only on the frozen base, each learning what Qwen itself
-# predicts (--targets self). Two rounds, each resumable (rerun after an interruption):
+# predicts (--targets self). Three rounds, each resumable (rerun after an interruption):
 #   1. on the sql training rows (the data set's reference queries) in the writing tool's prompt
 #      template, 150 steps of batch 4 with the MLX trainer (about 40 minutes on the 2-core dev
 #      machine with nothing else running);
 #   2. on Qwen's own greedy answers to the first OWN (default 541) training prompts of the seeded
 #      order (`specstream distill --model ... --task sql`, batched: about 35 minutes), continuing
 #      round 1 for 250 more steps with the PyTorch trainer (convert.torch_train --init; about 55
-#      minutes on the dev CPU, DEVICE=cuda on a GPU), converted back (`specstream convert`).
+#      minutes on the dev CPU, DEVICE=cuda on a GPU), converted back (`specstream convert`);
+#   3. parent heads (rank 128: each stream reads the token before its target) on round 2's frozen
+#      streams, trained on Qwen's own answers to the first PARENT_ROWS (default 586) prompts (the
+#      same file, extended), 250 steps of batch 4 with the MLX trainer (`specstream train
+#      --parent-rank 128 --from`: about 45 minutes on the AMD dev CPU), drafting from the 8,192
+#      commonest answer tokens (`--draft-vocab 8192`).
 # Then its acceptance statistics on the sql dev items 40-87 (what `calibrate` plans from). A
 # shared-mode adapter (LoRA + streams, the SmolLM2 writing tools' recipe) was tried first and not
 # shipped: docs/BENCHMARKS.md, "Qwen2.5-Coder-0.5B: the sql writing tool".
@@ -29,7 +34,14 @@ mkdir -p "$RUN"
     --mode lossless --targets self --data "$RUN/sql_own.jsonl" --init "$RUN/sql" \
     --n-msa-layers 8 --gamma 4 --rank 8 --lr 1e-3 --segment 64 --warmup 10 --steps 250 \
     --max-length 320 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$RUN/sql_own_torch"
-./dev.sh specstream convert --from "$RUN/sql_own_torch" --to "$OUT.tmp" --overwrite
+[ -d "$RUN/sql_own" ] || ./dev.sh specstream convert --from "$RUN/sql_own_torch" --to "$RUN/sql_own"
+./dev.sh specstream distill --model "$MODEL" --task sql --data-file "$DATA_DIR/sql/train.jsonl" \
+    --limit "${PARENT_ROWS:-586}" --max-tokens 96 --batch-size 16 --out "$RUN/sql_own.jsonl"
+[ -d "$RUN/sql_parent" ] || ./dev.sh specstream train --model "$MODEL" --mode lossless \
+    --parent-rank 128 --from "$RUN/sql_own" --data "$RUN/sql_own.jsonl" --out "$RUN/sql_parent" \
+    --steps 250 --batch-size 4 --segment 64 --lr 1e-3 --warmup 20 --draft-vocab 8192 \
+    --val-every 125 --checkpoint-every 25 --seed 0
+rm -rf "$OUT.tmp" && cp -r "$RUN/sql_parent" "$OUT.tmp"
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
