@@ -141,6 +141,23 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == Qwen's sql streams read their parent's token (issue 19) ==
+    # Qwen's curve measured afresh (about 9 min; measured with round 2's streams shipped, whose
+    # plan it printed: the plan now printed is round 3's), the shipped `sql`'s acceptance on sql
+    # dev items 40-87 on a copy (about 8 min), then the bench (about 12 min). Its training is
+    # scripts/make_qwen_sql_adapter.sh's round 3 (about 45 min after a 20-min distillation), not redone.
+    S="Qwen's sql streams read their parent's token"
+    step "$S" into $R/calibration_qwen_sql_amd_1205.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter sql --force --json
+    step "$S" bash -c "rm -rf runs/acc_qwen_sql && mkdir -p runs && cp -r specstream_mlx/adapters/$QWEN/sql runs/acc_qwen_sql"
+    step "$S" into $R/acceptance_qwen_sql_parent_items40_87.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter runs/acc_qwen_sql \
+        --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_parent_amd_1205.json \
+        --markdown $R/bench_qwen_sql_parent_amd_1205.md
+
     # == summarize's parent heads learn its own summaries (issues 18 and 20) ==
     # the shipped `summarize` (parent heads on its own summaries since 2026-12-05): its
     # acceptance on dialogsum dev items 40-75 on a copy (about 3 min), the writing tool side by
@@ -385,7 +402,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         --adapter sql --json $R/pass_trace_sql.json
 
     # == Qwen2.5-Coder-0.5B: the sql writing tool (issue 19) ==
-    # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, two rounds, about 2.2 h, not rerun
+    # the shipped Qwen `sql` (lossless: scripts/make_qwen_sql_adapter.sh, three rounds since 2026-12-05, about 3.3 h, not rerun
     # here): its acceptance on the sql dev items 40-87 (acceptance.json, about 10 min), the tree
     # the planner picks (Qwen's curve in $QC: measured first if missing, about 4 min), then the
     # sql dev set side by side (about 12 min). The shared-mode run of the section (not shipped)
