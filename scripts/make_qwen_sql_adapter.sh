@@ -12,8 +12,8 @@
 #   3. parent heads (rank 128: each stream reads the token before its target) on round 2's frozen
 #      streams, trained on Qwen's own answers to the first PARENT_ROWS (default 586) prompts (the
 #      same file, extended), 250 steps of batch 4 with the MLX trainer (`specstream train
-#      --parent-rank 128 --from`: about 45 minutes on the AMD dev CPU), drafting from the 8,192
-#      commonest answer tokens (`--draft-vocab 8192`).
+#      --parent-rank 128 --from`: about 45 minutes on the AMD dev CPU), drafting from the answers'
+#      commonest tokens (`--draft-vocab 8192` keeps at most 8,192: 1,226 are all there are).
 # Then its acceptance statistics on the sql dev items 40-87 (what `calibrate` plans from). A
 # shared-mode adapter (LoRA + streams, the SmolLM2 writing tools' recipe) was tried first and not
 # shipped: docs/BENCHMARKS.md, "Qwen2.5-Coder-0.5B: the sql writing tool".
