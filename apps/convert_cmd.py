@@ -28,6 +28,13 @@ def add_parser(subparsers) -> None:
         "float16 halves a writing tool's file",
     )
     p.add_argument(
+        "--heads-dtype",
+        choices=["float32", "float16"],
+        default=None,
+        help="store the streams' parent heads in this dtype (default: as they are); float16 "
+        "halves them, and changes no token a lossless decoder gives",
+    )
+    p.add_argument(
         "--no-check",
         action="store_true",
         help="convert without loading the base model (names and shapes are not checked)",
@@ -61,6 +68,8 @@ def run(args) -> int:
         mlx_side, origin = src, {}
     if args.lora_dtype is not None:
         out = af.lora_as(out, args.lora_dtype)
+    if args.heads_dtype is not None:
+        out = af.heads_as(out, args.heads_dtype)
     checked = "not checked (--no-check)"
     loaded = None
     if not args.no_check:

@@ -20,7 +20,8 @@ lora_A^T, `lora_b` (r, out) = lora_B^T. LoRA scale: MLX multiplies by `lora_scal
 lora_alpha / r (alpha / sqrt(r) with use_rslora), so alpha = scale * r.
 
 Every tensor keeps its dtype (float16 stays float16) unless `lora_as` stores the LoRA as float16
-(`specstream convert --lora-dtype float16`); bfloat16, which numpy cannot hold, is widened to
+(`specstream convert --lora-dtype float16`) or `heads_as` the streams' parent heads
+(`--heads-dtype float16`); bfloat16, which numpy cannot hold, is widened to
 float32 exactly. float32 and float16 folders round-trip bit for bit.
 """
 
@@ -31,7 +32,7 @@ import math
 import os
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -230,19 +231,32 @@ def lora_as(folder: Folder, dtype: str) -> Folder:
     it to float32 on loading, so the weights decoded with are the float16 values exactly.
     Refused where a value exceeds float16's range."""
     if folder.kind == "torch":
-        names, store = set(folder.lora), folder.lora
-    else:
-        names, store = {n for n in folder.tensors if _MLX_LORA.match(n)}, folder.tensors
+        names = set(folder.lora)
+        return replace(folder, lora=_stored_as(folder.lora, names, dtype, "LoRA"))
+    names = {n for n in folder.tensors if _MLX_LORA.match(n)}
+    return replace(folder, tensors=_stored_as(folder.tensors, names, dtype, "LoRA"))
+
+
+def heads_as(folder: Folder, dtype: str) -> Folder:
+    """The folder with its streams' parent heads (`parent_heads.{j}.a` / `.b`, the largest
+    stream tensors: 5.5 of Qwen's sql streams' 6.0 MB) stored as `dtype`, as `lora_as` stores
+    LoRA: widened to float32 on loading in both runtimes. They only draft, so a lossless
+    decoder's tokens cannot change; what can is which drafts they make (measured per adapter:
+    docs/BENCHMARKS.md, "Parent heads as float16")."""
+    names = {n for n in folder.tensors if n.startswith("parent_heads.")}
+    return replace(folder, tensors=_stored_as(folder.tensors, names, dtype, "parent-head"))
+
+
+def _stored_as(store: dict, names: set[str], dtype: str, what: str) -> dict[str, np.ndarray]:
+    """`store` with the tensors `names` cast to `dtype`, refused where a value exceeds its
+    range."""
     limit = np.finfo(np.dtype(dtype)).max
     big = [n for n in sorted(names) if np.abs(store[n]).max(initial=0.0) > limit]
     if big:
         raise SpecstreamError(
-            f"LoRA values beyond {dtype}'s range in {', '.join(_cut(big, 5))}: keep float32"
+            f"{what} values beyond {dtype}'s range in {', '.join(_cut(big, 5))}: keep float32"
         )
-    cast = {n: (v.astype(dtype) if n in names else v) for n, v in store.items()}
-    if folder.kind == "torch":
-        return Folder("torch", folder.config, folder.tensors, cast, folder.peft_config)
-    return Folder("mlx", folder.config, cast)
+    return {n: (v.astype(dtype) if n in names else v) for n, v in store.items()}
 
 
 def peft_config(cfg: StreamConfig, targets: list[str], base_name: str | None) -> dict:

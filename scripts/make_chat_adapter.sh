@@ -141,6 +141,11 @@ c["training"]["parent_heads_cut"] = {"from_rank": c["stream_config"]["parent_ran
 c["stream_config"]["parent_rank"] = keep
 open(f"{folder}/adapter_config.json", "w").write(json.dumps(c, indent=2) + "\n")
 PY
+    # the heads stored as float16 (half their bytes; both runtimes widen them on loading)
+    ./dev.sh specstream convert --from "$OUT.tmp" --to "$RUN/chat_parent_torch" --overwrite
+    rm -rf "$OUT.tmp" && ./dev.sh specstream convert --from "$RUN/chat_parent_torch" \
+        --to "$OUT.tmp" --heads-dtype float16
+    [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
     rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 fi
 ./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --suite chat --data "$DATA_DIR" \

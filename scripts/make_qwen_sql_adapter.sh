@@ -41,7 +41,10 @@ mkdir -p "$RUN"
     --parent-rank 128 --from "$RUN/sql_own" --data "$RUN/sql_own.jsonl" --out "$RUN/sql_parent" \
     --steps 250 --batch-size 4 --segment 64 --lr 1e-3 --warmup 20 --draft-vocab 8192 \
     --val-every 125 --checkpoint-every 25 --seed 0
-rm -rf "$OUT.tmp" && cp -r "$RUN/sql_parent" "$OUT.tmp"
+# the heads stored as float16 (half their bytes; both runtimes widen them on loading)
+./dev.sh specstream convert --from "$RUN/sql_parent" --to "$RUN/sql_parent_torch" --overwrite
+rm -rf "$OUT.tmp" && ./dev.sh specstream convert --from "$RUN/sql_parent_torch" --to "$OUT.tmp" \
+    --heads-dtype float16
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"

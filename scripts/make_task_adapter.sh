@@ -27,9 +27,9 @@
 # the adapter's weights, so a retrained tool answers afresh and an interrupted distillation
 # resumes), PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through the adapter's
 # frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the whole train split
-# (scripts/draft_vocab.py), the LoRA stored as float16 again (a convert round trip) and the
-# acceptance statistics measured (`calibrate --measure-acceptance`, dev items 40-87); PARENT_RANK=0
-# skips it.
+# (scripts/draft_vocab.py), the LoRA and the parent heads stored as float16 (a convert round trip)
+# and the acceptance statistics measured (`calibrate --measure-acceptance`, dev items 40-87);
+# PARENT_RANK=0 skips it.
 # The baseline goes to BASELINE_OUT (default runs/TASK_next_token); LORA_LAYERS sets its LoRA
 # depth too (0: every block, as the shipped tools have).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
@@ -112,7 +112,7 @@ if [ "${PARENT_RANK:-$parent}" != 0 ]; then
         --data "$DATA_DIR/$data" --size 8192 --out "$run/${task}_vocab" --overwrite
     ./dev.sh specstream convert --from "$run/${task}_vocab" --to "$run/${task}_vocab_torch" --overwrite
     ./dev.sh specstream convert --from "$run/${task}_vocab_torch" --to "$out" --overwrite \
-        --lora-dtype float16
+        --lora-dtype float16 --heads-dtype float16
     ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --suite "$suite" \
         --data "$DATA_DIR/$dev" --limit 48 --max-tokens 96
 fi

@@ -596,6 +596,37 @@ def test_convert_stores_lora_as_float16(trained, pairs, tmp_path, capsys):
         af.lora_as(too_big, "float16")
 
 
+def test_convert_stores_parent_heads_as_float16(pairs, tmp_path, capsys):
+    """`--heads-dtype float16` stores the streams' parent heads at half their bytes and every
+    other tensor as it was; both runtimes widen them on loading, decode alike, and the lossless
+    decoder still gives plain greedy decoding's tokens. Out of float16's range: refused."""
+    loaded, base = pairs["llama"]
+    config = dict(gamma=3, top_k=2, n_msa_layers=2, max_tree_nodes=6, parent_rank=4)
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", "lossless", seed=3, **config)
+    model = ["--model", str(loaded.path)]
+    half = tmp_path / "half"
+    assert run_convert(folder, tmp_path / "torch", *model) == 0
+    assert run_convert(tmp_path / "torch", half, *model, "--heads-dtype", "float16") == 0
+    a, b = af.read_folder(folder).tensors, af.read_folder(half).tensors
+    heads = {k for k in a if k.startswith("parent_heads.")}
+    assert heads and set(a) == set(b)
+    for key in a:
+        want = a[key].astype(np.float16) if key in heads else a[key]
+        assert b[key].dtype == want.dtype and np.array_equal(b[key], want), key
+    heads_bytes = sum(a[k].nbytes for k in heads)
+    size = (half / af.MLX_WEIGHTS).stat().st_size
+    assert size < (Path(folder) / af.MLX_WEIGHTS).stat().st_size - heads_bytes // 2 + 4096
+    params = load_adapter(half, loaded)
+    prompt = list(range(30, 40))
+    m, t = decode_both(loaded, params, base, load_torch_adapter(half, base), prompt, 24)
+    assert [s.tokens for s in m] == [s.tokens for s in t]
+    assert [x for s in m for x in s.tokens][:24] == hf_greedy(base.model, prompt, 24)
+    too_big = af.read_folder(folder)
+    too_big.tensors[sorted(heads)[0]] = too_big.tensors[sorted(heads)[0]] * 0 + 1e6
+    with pytest.raises(ss.SpecstreamError, match="parent-head values beyond float16's range"):
+        af.heads_as(too_big, "float16")
+
+
 def run_convert(source, target, *extra):
     return cli(["convert", "--from", str(source), "--to", str(target), *extra])
 
