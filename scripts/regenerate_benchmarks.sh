@@ -781,3 +781,7 @@ fi
 #   lookup before commit 1deedf0).
 # - The Quickstart's earlier runs (before the float32 dequantization and before issue 9's
 #   tuning): older states of the code.
+# - "Parent heads as float16": its comparison needs the float32-head adapters of commit e84f289
+#   (`git show e84f289:specstream_mlx/adapters/NAME/...` into a folder); each side's command
+#   (`calibrate --measure-acceptance` on a copy, then benchmarks/compare_acceptance.py) is in
+#   the section. The shipped acceptance.json files are remade by scripts/measure_acceptance.sh.
