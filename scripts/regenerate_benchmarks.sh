@@ -141,6 +141,17 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == sql's next-token baseline with LoRA in every block (issue 20) ==
+    # the baseline trained if missing (about 2 hours alone here), then scored beside the
+    # shipped `sql` on dev items 0-39 (about 10 min)
+    S="sql's next-token baseline with LoRA in every block"
+    step "$S" ensure runs/baselines/sql_next_token_all env LORA_LAYERS=0 \
+        BASELINE_OUT=runs/baselines/sql_next_token_all scripts/make_task_adapter.sh sql --baseline-only
+    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+        --methods ar,lora --lora runs/baselines/sql_next_token_all --limit 40 --max-tokens 64 \
+        --json $R/quality_sql_next_token_every_block.json \
+        --markdown $R/quality_sql_next_token_every_block.md
+
     # == Qwen's sql streams read their parent's token (issue 19) ==
     # Qwen's curve measured afresh (about 9 min; measured with round 2's streams shipped, whose
     # plan it printed: the plan now printed is round 3's), the shipped `sql`'s acceptance on sql
