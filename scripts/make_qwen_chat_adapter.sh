@@ -17,7 +17,9 @@
 # 5. round 4: Qwen's own answers to a third chat mix (`--chat-prompts 480 --seed 2`: 279 more
 #    distinct prompts, appended; about 47 minutes alone), continuing round 3 for 128 steps on
 #    all 857 usable rows (about 35 minutes alone), converted back;
-# 6. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
+# 6. round 5: parent heads on round 4's streams (Qwen's answers to round 2's prompts distilled
+#    again, `specstream train --parent-rank 128 --from`), stored as float16;
+# 7. its acceptance statistics on the chat suite's items 40-51 (what `calibrate` plans from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -61,8 +63,19 @@ for round in 3 4; do  # a new chat mix (seed round - 2) appended, then 128 steps
     ./dev.sh specstream convert --from "$RUN/chat_own${round}_torch" --to "$RUN/chat_round$round" \
         --overwrite
 done
+# round 5: parent heads (rank 128) on round 4's frozen streams, on Qwen's own answers to round
+# 2's chat-mix prompts distilled again (about 85 minutes batched), 250 steps (about an hour
+# here), the heads stored as float16
+./dev.sh specstream distill --model "$MODEL" --chat-prompts 480 --seed 0 --max-tokens 128 \
+    --batch-size 16 --data-dir "$DATA_DIR" --out "$RUN/chat_parent_rows.jsonl"
+[ -d "$RUN/chat_parent" ] || ./dev.sh specstream train --model "$MODEL" --mode lossless \
+    --parent-rank 128 --from "$RUN/chat_round4" --data "$RUN/chat_parent_rows.jsonl" \
+    --out "$RUN/chat_parent" --steps 250 --batch-size 4 --segment 64 --lr 1e-3 --warmup 20 \
+    --draft-vocab 8192 --val-every 125 --checkpoint-every 25 --seed 0
+./dev.sh specstream convert --from "$RUN/chat_parent" --to "$RUN/chat_parent_torch" --overwrite
 mkdir -p "$(dirname "$OUT")"
-rm -rf "$OUT.tmp" && cp -r "$RUN/chat_round4" "$OUT.tmp"
+rm -rf "$OUT.tmp" && ./dev.sh specstream convert --from "$RUN/chat_parent_torch" --to "$OUT.tmp" \
+    --heads-dtype float16
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
