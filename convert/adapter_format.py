@@ -239,7 +239,7 @@ def lora_as(folder: Folder, dtype: str) -> Folder:
 
 def heads_as(folder: Folder, dtype: str) -> Folder:
     """The folder with its streams' parent heads (`parent_heads.{j}.a` / `.b`, the largest
-    stream tensors: 5.5 of Qwen's sql streams' 6.0 MB) stored as `dtype`, as `lora_as` stores
+    stream tensors) stored as `dtype`, as `lora_as` stores
     LoRA: widened to float32 on loading in both runtimes. They only draft, so a lossless
     decoder's tokens cannot change; what can is which drafts they make (measured per adapter:
     docs/BENCHMARKS.md, "Parent heads as float16")."""

@@ -572,15 +572,7 @@ def test_convert_stores_lora_as_float16(trained, pairs, tmp_path, capsys):
     model = ["--model", str(loaded.path)]
     assert run_convert(folder, full, *model) == 0
     assert run_convert(folder, half, *model, "--lora-dtype", "float16") == 0
-    a, b = af.read_folder(full).tensors, af.read_folder(half).tensors
-    lora = {k for k in a if k.startswith(af.MLX_LORA_PREFIX)}
-    assert lora and set(a) == set(b)
-    for key in a:
-        want = a[key].astype(np.float16) if key in lora else a[key]
-        assert b[key].dtype == want.dtype and np.array_equal(b[key], want), key
-    lora_bytes = sum(a[k].nbytes for k in lora)
-    size = (half / af.MLX_WEIGHTS).stat().st_size
-    assert size < (full / af.MLX_WEIGHTS).stat().st_size - lora_bytes // 2 + 4096
+    lora = assert_only_these_halved(full, half, af.MLX_LORA_PREFIX)
     params = load_adapter(half, loaded)
     base = load_base(str(loaded.path))
     streams = load_torch_adapter(half, base)  # the PyTorch path reads the MLX folder too
@@ -607,15 +599,7 @@ def test_convert_stores_parent_heads_as_float16(pairs, tmp_path, capsys):
     half = tmp_path / "half"
     assert run_convert(folder, tmp_path / "torch", *model) == 0
     assert run_convert(tmp_path / "torch", half, *model, "--heads-dtype", "float16") == 0
-    a, b = af.read_folder(folder).tensors, af.read_folder(half).tensors
-    heads = {k for k in a if k.startswith("parent_heads.")}
-    assert heads and set(a) == set(b)
-    for key in a:
-        want = a[key].astype(np.float16) if key in heads else a[key]
-        assert b[key].dtype == want.dtype and np.array_equal(b[key], want), key
-    heads_bytes = sum(a[k].nbytes for k in heads)
-    size = (half / af.MLX_WEIGHTS).stat().st_size
-    assert size < (Path(folder) / af.MLX_WEIGHTS).stat().st_size - heads_bytes // 2 + 4096
+    heads = assert_only_these_halved(Path(folder), half, "parent_heads.")
     params = load_adapter(half, loaded)
     prompt = list(range(30, 40))
     m, t = decode_both(loaded, params, base, load_torch_adapter(half, base), prompt, 24)
@@ -625,6 +609,22 @@ def test_convert_stores_parent_heads_as_float16(pairs, tmp_path, capsys):
     too_big.tensors[sorted(heads)[0]] = too_big.tensors[sorted(heads)[0]] * 0 + 1e6
     with pytest.raises(ss.SpecstreamError, match="parent-head values beyond float16's range"):
         af.heads_as(too_big, "float16")
+
+
+def assert_only_these_halved(full: Path, half: Path, prefix: str) -> set[str]:
+    """The MLX folder `half` holds `full`'s tensors whose names start with `prefix` as float16
+    (their values cast exactly) and every other tensor as it was, in a file smaller by about
+    half their bytes. Returns those names."""
+    a, b = af.read_folder(full).tensors, af.read_folder(half).tensors
+    names = {k for k in a if k.startswith(prefix)}
+    assert names and set(a) == set(b)
+    for key in a:
+        want = a[key].astype(np.float16) if key in names else a[key]
+        assert b[key].dtype == want.dtype and np.array_equal(b[key], want), key
+    halved = sum(a[k].nbytes for k in names) // 2
+    size = (half / af.MLX_WEIGHTS).stat().st_size
+    assert size < (full / af.MLX_WEIGHTS).stat().st_size - halved + 4096
+    return names
 
 
 def run_convert(source, target, *extra):
