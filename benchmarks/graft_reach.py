@@ -40,9 +40,9 @@ class Recorder:
     def grafter(self, *args, **kwargs):
         inner = GRAFTER(*args, **kwargs)
 
-        def grafted(history, tree):
+        def grafted(history, tree, confidence):
             self.history = len(history)
-            return inner(history, tree)
+            return inner(history, tree, confidence)
 
         return grafted
 

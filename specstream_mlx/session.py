@@ -200,7 +200,9 @@ def _lookup_costs(
 
     chain = tuple(ms(1 + n) for n in range(max(lookup.max_draft + 1, nodes)))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
-        return LookupCosts(chain, tree["expected_tokens_per_pass"], tree["predicted_pass_ms"])
+        tokens, ms = tree["expected_tokens_per_pass"], tree["predicted_pass_ms"]
+        gated = tuple(tree.get("gates", ())), tuple(tree.get("bin_expected_tokens", ()))
+        return LookupCosts(chain, tokens, ms, *gated)
     return LookupCosts(chain)
 
 

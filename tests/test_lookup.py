@@ -143,8 +143,9 @@ def test_the_grafter_copies_under_the_root_and_past_the_streams_deepest_path():
 def test_the_grafter_keeps_a_node_only_where_it_pays():
     history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]
     streams = draft_tree(6, [[3]])  # the streams' guess differs from the lookup's (7)
-    cheap = LookupCosts(tuple(10.0 + 0.1 * n for n in range(6)), 1.0, 10.0)
-    dear = LookupCosts(tuple(10.0 + 10.0 * n for n in range(6)), 1.0, 10.0)
+    # the streams' tree decides 2 tokens a pass: more per ms than the lookup's chain alone
+    cheap = LookupCosts(tuple(10.0 + 0.1 * n for n in range(6)), 2.0, 10.0)
+    dear = LookupCosts(tuple(10.0 + 10.0 * n for n in range(6)), 2.0, 10.0)
     assert len(lookup_grafter(GRAFT, cheap)(history, streams)) == 2 + 4  # root chain, whole
     assert lookup_grafter(GRAFT, dear)(history, streams).tokens == streams.tokens
     # a node costing a tenth of a pass pays where reached at least as often as the tree
@@ -152,6 +153,31 @@ def test_the_grafter_keeps_a_node_only_where_it_pays():
     # the time and each next one 3/4 as often (0.5, 0.375, ...)
     tenth = LookupCosts(tuple(10.0 + n for n in range(6)), 4.0, 10.0)
     assert lookup_grafter(GRAFT, tenth)(history, streams).tokens == [6, 3, 7]
+
+
+def test_the_grafter_verifies_the_chain_alone_where_the_streams_tree_decides_less_per_ms():
+    history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]  # after (5, 6) came 7, 8, 9, 1
+    streams = draft_tree(6, [[3], [2]])  # the streams' chain differs from the lookup's
+    # a gated tree: 1.1 tokens a pass below stream 1's confidence 0.5, 3.0 above it
+    costs = LookupCosts(tuple(10.0 + n for n in range(10)), 2.0, 12.0, (0.5,), (1.1, 3.0))
+    grafter = lookup_grafter(GRAFT, costs)
+    # unsure streams: the chain alone (1 + 0.5 + 0.375 + 0.28 + 0.21 = 2.37 tokens in 14 ms at
+    # the priors) beats their tree with it grafted (1.1 + the same 1.37 in 16 ms)
+    assert grafter(history, streams, 0.2).tokens == [6, 7, 8, 9, 1]
+    # sure streams: their tree with the chain grafted on (3.0 + 1.37 in 16 ms)
+    sure = grafter(history, streams, 0.9)
+    assert sure.tokens == [6, 3, 2, 7, 8, 9, 1]
+    # a tree whose tokens per pass are not known (its own, not calibrated): never replaced
+    unknown = LookupCosts(costs.chain_ms)
+    assert lookup_grafter(GRAFT, unknown)(history, streams, 0.2).tokens[:3] == [6, 3, 2]
+
+
+def test_the_chain_alone_is_rated_by_how_often_its_first_token_is_right_whatever_was_drafted():
+    gate = LookupGate(LookupCosts((10.0, 11.0)))
+    assert gate.rates(2, "chain")[0] == 0.5  # the prior
+    gate.watch(3, [7, 8], ("chain", 2), first_only=True)
+    gate.observe([1, 2, 3, 7, 8])  # its first token right (its second counts toward no rate)
+    assert gate.rates(2, "chain") == (pytest.approx(1.5 / 2), pytest.approx(0.75))
 
 
 def test_a_node_costs_the_mean_step_to_the_largest_pass_not_the_curves_local_step():
@@ -239,7 +265,7 @@ def test_grafted_trees_are_verified_and_equal_plain_greedy(
     grafter = lookup_grafter(GRAFT)
     made = []  # per pass: (history, the streams' tree, the grafted tree)
 
-    def recording(history, tree):
+    def recording(history, tree, _confidence):
         grown = grafter(history, tree)
         made.append((list(history), tree, grown))
         return grown
@@ -273,16 +299,19 @@ def test_grafted_trees_are_verified_and_equal_plain_greedy(
     words=WORDS,
     shared=st.booleans(),
     gated=st.booleans(),
+    alone=st.booleans(),
     length=st.integers(1, 20),
     seed=st.integers(0, 1000),
 )
 def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
-    tiny_models, monkeypatch, family, words, shared, gated, length, seed
+    tiny_models, monkeypatch, family, words, shared, gated, alone, length, seed
 ):
     """On KV buffers, a pass the lookup grafts nothing onto settles on the device (Passes.step)
     and one it grafts onto on the host (Passes.logits), the caches and the next draft handed
     over between them: the output stays plain decoding's (a shared model's own, its main
-    stream attending to the streams), for static and confidence-gated trees alike."""
+    stream attending to the streams), for static and confidence-gated trees alike, and where
+    the gate verifies the lookup's chain alone instead of the streams' tree (`alone`: a tree
+    priced at one token a pass, so any chain it expects to be right at all beats it)."""
     loaded = tiny_models[family]
     make = shared_streams if shared else streams_for
     params = make(loaded, seed, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
@@ -294,12 +323,13 @@ def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
     tree = [(0,), (1,), (0, 0)]
     policy = TreePolicy.gated((0.5,), ([(0,)], tree)) if gated else TreePolicy.static(tree)
     dec = loop.Decoder(loaded.model, arch, params, policy, passes=passes)
-    grafter = lookup_grafter(GRAFT)
-    grafted = []  # per pass: whether the lookup grafted onto the streams' tree
+    worthless = LookupCosts(tuple(10.0 + n for n in range(6)), 1.0, 11.0)
+    grafter = lookup_grafter(GRAFT, worthless if alone else None)
+    grafted = []  # per pass: whether the lookup changed the streams' tree
 
-    def recording(history, tree):
-        grown = grafter(history, tree)
-        grafted.append(len(grown) > len(tree))
+    def recording(history, tree, confidence):
+        grown = grafter(history, tree, confidence)
+        grafted.append(grown != tree)
         return grown
 
     dec.graft = recording
@@ -333,7 +363,7 @@ def test_grafting_hands_the_oracle_path_between_device_and_host(tiny_models, sha
     wrong = next(t for t in range(3, 1000) if t not in truth)
     issued = []
 
-    def every_other(history, tree):
+    def every_other(history, tree, _confidence):
         issued.append(len(history))
         return graft(tree, 0, [wrong] * 2) if len(issued) % 2 == 0 else tree
 

@@ -26,9 +26,10 @@ from .tree import Tree, accept_greedy, draft_tree
 # A draft source besides the streams: (tokens decided so far, the normed last hidden state of
 # the last one or None) -> the tree to verify, rooted at the last token (one node: no draft).
 Drafter = Callable[[list[int], object], Tree]
-# Grafts onto the streams' tree: (tokens decided so far, the streams' tree) -> the tree to verify
-# (decoding.lookup.lookup_grafter).
-Grafter = Callable[[list[int], Tree], Tree]
+# Grafts onto the streams' tree: (tokens decided so far, the streams' tree, stream 1's confidence
+# where the tree is gated) -> the tree to verify (decoding.lookup.lookup_grafter), which may
+# also be a lookup chain instead of it.
+Grafter = Callable[[list[int], Tree, float], Tree]
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
 
@@ -176,7 +177,7 @@ class HostRun:
         tree = self.streams_tree()
         if d.graft is None:
             return tree, 0, None
-        grafted = d.graft(self.history, tree)
+        grafted = d.graft(self.history, tree, self.confidence)
         return grafted, len(grafted) - len(tree), None
 
     def streams_tree(self) -> Tree:

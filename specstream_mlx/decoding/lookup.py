@@ -10,6 +10,7 @@ a copied run can be accepted past the streams' depth in the same pass."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -59,6 +60,9 @@ def lookup_match(
 # the streams made too, and a chain past the streams' deepest path (right only where that path
 # is: 0.14 of its first nodes taken on e2e, 0.54-0.65 on dialogsum and sql).
 ROOT, AFTER_SHARED, DEEP = "root", "after-shared", "deep"
+# And the chain under the root scored on its own, whatever the streams drafted: how often a pass
+# verifying that chain alone, instead of the grafted tree, gets its first token.
+CHAIN = "chain"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class _Proposal:
     rate: tuple[str, int]  # which first-token rate it scores: (chain kind, n-gram length)
     after: tuple[int, ...] = ()  # the text it needs just before `start` (else its first is wrong)
     scored: int = 0  # tokens already scored against the decoded text
+    first_only: bool = False  # its later tokens count toward no rate (scored by another)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,19 @@ class LookupCosts:
     chain_ms: tuple[float, ...]  # chain_ms[L]: a pass verifying the root and L drafts
     fallback_tokens: float = 1.0  # tokens decided per pass of what runs instead
     fallback_ms: float | None = None  # its ms; None: chain_ms[0]
+    # a gated tree's: tokens decided per pass of each bin's tree, bins[b] where
+    # gates[b - 1] <= stream 1's confidence < gates[b] (decoding.plan.TreePlan.bin_tokens)
+    gates: tuple[float, ...] = ()
+    bin_tokens: tuple[float, ...] = ()
+
+    def tree_tokens(self, confidence: float) -> float | None:
+        """Tokens per pass the streams' calibrated tree decides at this confidence of stream 1
+        (its bin's where gated); None where what runs instead is not that tree."""
+        if self.fallback_ms is None:
+            return None
+        if self.bin_tokens:
+            return self.bin_tokens[bisect.bisect_right(self.gates, confidence)]
+        return self.fallback_tokens
 
     def nodes_ms(self, nodes: int) -> float:
         """A pass of `nodes` nodes (root included), extended past the last measured length by
@@ -128,7 +146,7 @@ class LookupGate:
     right and wrong); the evidence (`LookupRates`) may come from earlier generations."""
 
     DECAY = 0.9
-    FIRST = {ROOT: (0.5, 0.5), AFTER_SHARED: (0.75, 1.25), DEEP: (0.5, 1.5)}
+    FIRST = {ROOT: (0.5, 0.5), AFTER_SHARED: (0.75, 1.25), DEEP: (0.5, 1.5), CHAIN: (0.5, 0.5)}
     NEXT = (1.5, 0.5)
 
     def __init__(self, costs: LookupCosts, rates: LookupRates | None = None):
@@ -160,18 +178,21 @@ class LookupGate:
                     self._count(self.evidence.first.setdefault(p.rate, [0.0, 0.0]), right)
                 else:
                     self._count(self.evidence.next, right)
-                if not right:
+                if not right or p.first_only:
                     break
             else:
                 if len(seen) < len(p.tokens):  # right so far: more text will tell
                     waiting.append(replace(p, scored=len(seen)))
         self.pending = waiting
 
-    def watch(self, start: int, tokens: list[int], rate: tuple[str, int], after=()) -> None:
+    def watch(
+        self, start: int, tokens: list[int], rate: tuple[str, int], after=(), first_only=False
+    ) -> None:
         """Keep `tokens` (drafts for the text from `start` on) to score later: the first
-        against `rate`, right only where the text holds `after` just before `start`."""
+        against `rate`, right only where the text holds `after` just before `start`; the next
+        ones against the rate of a new node after a right one, unless `first_only`."""
         if tokens:
-            self.pending.append(_Proposal(start, list(tokens), rate, tuple(after)))
+            self.pending.append(_Proposal(start, list(tokens), rate, tuple(after), 0, first_only))
 
     def choose(self, history: list[int], proposal: list[int], n: int) -> int:
         """Score what `history` settles, watch `proposal` (the lookup's drafts after
@@ -181,14 +202,27 @@ class LookupGate:
         self.watch(len(history), proposal, (ROOT, n))
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
-        best, best_rate = 0, costs.fallback_tokens / fallback_ms
-        first, later = self.rates(n)
-        expected, reach = 1.0, first
-        for size in range(1, len(proposal) + 1):
+        return self._best_chain(len(proposal), self.rates(n), costs.fallback_tokens / fallback_ms)
+
+    def instead(self, proposal: list[int], n: int, tree: Tree, tokens: float) -> int:
+        """How many of `proposal` (the lookup's drafts after an n-gram match) to verify alone
+        instead of `tree` (the streams' tree with the chains grafted on), which is expected to
+        decide `tokens` a pass: the L with the most expected tokens per ms, 0 to keep `tree`.
+        The chain's first token is rated on its own (`CHAIN`), the next ones as grafted ones."""
+        rate = tokens / self.costs.nodes_ms(len(tree))
+        return self._best_chain(len(proposal), self.rates(n, CHAIN), rate)
+
+    def _best_chain(self, length: int, rates: tuple[float, float], bar: float) -> int:
+        """The chain length up to `length` with the most expected tokens per ms above `bar`
+        (tokens per ms), its first new node reached at rates[0] and each next at rates[1] of
+        the one before; 0 where none beats `bar`."""
+        best, best_rate = 0, bar
+        (reach, later), expected = rates, 1.0
+        for size in range(1, length + 1):
             expected += reach
             reach *= later
-            if expected / costs.chain_ms[size] > best_rate:
-                best, best_rate = size, expected / costs.chain_ms[size]
+            if expected / self.costs.nodes_ms(size + 1) > best_rate:
+                best, best_rate = size, expected / self.costs.nodes_ms(size + 1)
         return best
 
     def worth(self, reach: float, nodes: int) -> bool:
@@ -247,19 +281,25 @@ def lookup_grafter(
     context's last n-gram under the root, the chain after the context extended by the tree's
     deepest path under its deepest node. Each new node is kept while a `LookupGate` over
     `costs` expects it to pay (the chance of reaching it, rated per kind of chain; from `rates`
-    on, the evidence of earlier generations, which it goes on updating); costs=None grafts
-    whole chains."""
+    on, the evidence of earlier generations, which it goes on updating), and the chain under
+    the root is verified alone, without the streams' tree, where the gate expects that to
+    decide more tokens per ms (where `costs` carry the calibrated tree's tokens per pass);
+    costs=None grafts whole chains."""
     gate = None if costs is None else LookupGate(costs, rates)
 
-    def grafted(history: list[int], tree: Tree) -> Tree:
+    def grafted(history: list[int], tree: Tree, confidence: float = 0.0) -> Tree:
         proposal, n = lookup_match(history, config)
         deepest, path = deepest_path(tree)
         further, m = lookup_match(history + path, config) if path else ([], 0)
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further)
         gate.observe(history)
-        out = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
-        return _gated_graft(gate, len(history), out, (deepest, path), further, m)
+        gate.watch(len(history), proposal, (CHAIN, n), first_only=True)
+        out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
+        out, more = _gated_graft(gate, len(history), out, (deepest, path), further, m)
+        tokens = gate.costs.tree_tokens(confidence)
+        alone = 0 if tokens is None else gate.instead(proposal, n, out, tokens + gain + more)
+        return out if alone == 0 else draft_tree(history[-1], [[t] for t in proposal[:alone]])
 
     return grafted
 
@@ -267,15 +307,18 @@ def lookup_grafter(
 def _gated_graft(gate: LookupGate, start: int, tree: Tree, under, chain: list[int], n: int):
     """`tree` with `chain` (following an n-gram match) grafted under node `under[0]` (whose
     path below the root, `under[1]`, would place it at `start` + len(path) in the text), each
-    new node kept where the gate expects it to pay; the gate watches the new part, rated by
-    its kind: its k-th new node is reached with probability first * later^k."""
+    new node kept where the gate expects it to pay, and the tokens the kept ones are expected
+    to add to a pass; the gate watches the new part, rated by its kind: its k-th new node is
+    reached with probability first * later^k."""
     at, path = under
     shared = len(chain_in(tree, at, chain))
     kind = DEEP if at else AFTER_SHARED if shared else ROOT
     after = [*path, *chain[:shared]]
     gate.watch(start + len(after), chain[shared:], (kind, n), after)
     first, later = gate.rates(n, kind)
-    return graft(tree, at, chain, lambda k, nodes: gate.worth(first * later**k, nodes))
+    grown = graft(tree, at, chain, lambda k, nodes: gate.worth(first * later**k, nodes))
+    new = len(grown) - len(tree)
+    return grown, sum(first * later**k for k in range(new))
 
 
 def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):

@@ -257,8 +257,8 @@ class Grafting:
 
     def issue(self):
         tree = self.host.streams_tree()
-        grafted = self.graft(self.state.history, tree)
-        if len(grafted) == len(tree):
+        grafted = self.graft(self.state.history, tree, self.host.confidence)
+        if grafted == tree:
             if self.on_host:
                 self._to_device()
             return self.device.issue()

@@ -59,6 +59,7 @@ class TreePlan:
     gates: tuple[float, ...] = ()
     bins: tuple[tuple[Path_, ...], ...] = ()
     shares: tuple[float, ...] = ()
+    bin_tokens: tuple[float, ...] = ()  # per bin: tokens per pass drafting its tree
 
     @property
     def depth(self) -> int:
@@ -91,6 +92,7 @@ class TreePlan:
                     "gates": list(self.gates),
                     "bin_trees": [[list(p) for p in paths] for paths in self.bins],
                     "bin_shares": [round(w, 3) for w in self.shares],
+                    "bin_expected_tokens": [round(t, 3) for t in self.bin_tokens],
                 }
                 if self.bins
                 else {}
@@ -224,26 +226,26 @@ class _Walker:
         over the walk (one tree for all: a static plan)."""
         accepted = [self._accepted_in(tuple(t)) for t in trees]
         cost = [pass_ms(1 + len(t), depth) for t in trees]
-        tokens = passes = 0
+        tokens, passes = [0] * self.n_bins, [0] * self.n_bins
         ms = 0.0
         for start, end in zip(self.starts, self.ends, strict=True):
             p = start
             while p < end:
                 b = self.level[p]
                 step = accepted[b][p] + 1
-                tokens += min(step, end - p)
+                tokens[b] += min(step, end - p)
                 ms += cost[b]
-                passes += 1
+                passes[b] += 1
                 p += step
         trees = tuple(tuple(t) for t in trees)
-        passes = max(passes, 1)
+        total, decided = max(sum(passes), 1), sum(tokens)
         if len(set(trees)) == 1:
-            return TreePlan(trees[0], tokens / passes, ms / passes, plain_ms)
+            return TreePlan(trees[0], decided / total, ms / total, plain_ms)
         union = tuple(sorted({p for t in trees for p in t}, key=lambda p: (len(p), p)))
         shares = tuple(float(np.mean(self.level == b)) for b in range(self.n_bins))
-        return TreePlan(
-            union, tokens / passes, ms / passes, plain_ms, [], MIN_GAIN, self.gates, trees, shares
-        )
+        per_bin = tuple(t / n if n else 1.0 for t, n in zip(tokens, passes, strict=True))
+        plan = TreePlan(union, decided / total, ms / total, plain_ms)
+        return replace(plan, gates=self.gates, bins=trees, shares=shares, bin_tokens=per_bin)
 
     def _accepted_in(self, tree: tuple) -> list[int]:
         """Per position, the drafted tokens a pass of `tree` accepts there."""
