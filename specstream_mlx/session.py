@@ -200,9 +200,12 @@ def _lookup_costs(
 
     chain = tuple(ms(1 + n) for n in range(max(lookup.max_draft + 1, nodes)))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
-        tokens, ms = tree["expected_tokens_per_pass"], tree["predicted_pass_ms"]
+        tokens, tree_ms = tree["expected_tokens_per_pass"], tree["predicted_pass_ms"]
         gated = tuple(tree.get("gates", ())), tuple(tree.get("bin_expected_tokens", ()))
-        return LookupCosts(chain, tokens, ms, *gated)
+        cfg = dec.streams.config  # lossless streams may sit a chain's pass out
+        bare = [curve.streams_pass_ms(cfg, vocab, 1 + n, 0, 0) for n in range(len(chain))]
+        bare = () if cfg.mode == "shared" else tuple(bare)
+        return LookupCosts(chain, tokens, tree_ms, *gated, bare)
     return LookupCosts(chain)
 
 

@@ -131,13 +131,13 @@ def test_the_grafter_copies_under_the_root_and_past_the_streams_deepest_path():
     # first one where they agree
     history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]
     streams = draft_tree(6, [[7, 3], [8]])
-    grown = lookup_grafter(GRAFT)(history, streams)
+    grown = lookup_grafter(GRAFT)(history, streams)[0]
     chain = {(7, 8, 9, 1, 2, 3)[:i] for i in range(3, 7)}
     assert _paths(grown) == _paths(streams) | chain
     assert len(grown) == len(streams) + 4
     # 1-gram matches graft nothing (GRAFT asks for 2-grams); without a match the tree stays
-    assert len(lookup_grafter(GRAFT)([1, 2, 3, 1], draft_tree(1, [[4]]))) == 2
-    assert lookup_grafter(GRAFT)([4, 5, 6, 0, 5, 6], Tree([6], [-1], [0])).tokens == [6, 0, 5, 6]
+    assert len(lookup_grafter(GRAFT)([1, 2, 3, 1], draft_tree(1, [[4]]))[0]) == 2
+    assert lookup_grafter(GRAFT)([4, 5, 6, 0, 5, 6], Tree([6], [-1], [0]))[0].tokens == [6, 0, 5, 6]
 
 
 def test_the_grafter_keeps_a_node_only_where_it_pays():
@@ -146,13 +146,13 @@ def test_the_grafter_keeps_a_node_only_where_it_pays():
     # the streams' tree decides 2 tokens a pass: more per ms than the lookup's chain alone
     cheap = LookupCosts(tuple(10.0 + 0.1 * n for n in range(6)), 2.0, 10.0)
     dear = LookupCosts(tuple(10.0 + 10.0 * n for n in range(6)), 2.0, 10.0)
-    assert len(lookup_grafter(GRAFT, cheap)(history, streams)) == 2 + 4  # root chain, whole
-    assert lookup_grafter(GRAFT, dear)(history, streams).tokens == streams.tokens
+    assert len(lookup_grafter(GRAFT, cheap)(history, streams)[0]) == 2 + 4  # root chain, whole
+    assert lookup_grafter(GRAFT, dear)(history, streams)[0].tokens == streams.tokens
     # a node costing a tenth of a pass pays where reached at least as often as the tree
     # without it decides tokens per ms: the gate's priors reach the first copied token half
     # the time and each next one 3/4 as often (0.5, 0.375, ...)
     tenth = LookupCosts(tuple(10.0 + n for n in range(6)), 4.0, 10.0)
-    assert lookup_grafter(GRAFT, tenth)(history, streams).tokens == [6, 3, 7]
+    assert lookup_grafter(GRAFT, tenth)(history, streams)[0].tokens == [6, 3, 7]
 
 
 def test_the_grafter_verifies_the_chain_alone_where_the_streams_tree_decides_less_per_ms():
@@ -163,13 +163,32 @@ def test_the_grafter_verifies_the_chain_alone_where_the_streams_tree_decides_les
     grafter = lookup_grafter(GRAFT, costs)
     # unsure streams: the chain alone (1 + 0.5 + 0.375 + 0.28 + 0.21 = 2.37 tokens in 14 ms at
     # the priors) beats their tree with it grafted (1.1 + the same 1.37 in 16 ms)
-    assert grafter(history, streams, 0.2).tokens == [6, 7, 8, 9, 1]
+    assert grafter(history, streams, 0.2)[0].tokens == [6, 7, 8, 9, 1]
     # sure streams: their tree with the chain grafted on (3.0 + 1.37 in 16 ms)
-    sure = grafter(history, streams, 0.9)
+    sure = grafter(history, streams, 0.9)[0]
     assert sure.tokens == [6, 3, 2, 7, 8, 9, 1]
     # a tree whose tokens per pass are not known (its own, not calibrated): never replaced
     unknown = LookupCosts(costs.chain_ms)
-    assert lookup_grafter(GRAFT, unknown)(history, streams, 0.2).tokens[:3] == [6, 3, 2]
+    assert lookup_grafter(GRAFT, unknown)(history, streams, 0.2)[0].tokens[:3] == [6, 3, 2]
+
+
+def test_lossless_streams_sit_out_a_chain_alone_where_their_rows_cost_more_than_the_next_loses():
+    chain_ms = tuple(10.0 + n for n in range(6))
+    # the streams' calibrated tree: 3 tokens in 12 ms; without the streams a pass verifying 4
+    # drafts costs 10.5 ms (14 with them); the pass after, if no chain follows, runs the root
+    # alone (10 ms for 1 token, where the tree takes 4 ms a token): 6 ms lost, half the time
+    # at the prior
+    costs = LookupCosts(chain_ms, 3.0, 12.0, (), (), (7.0, 8.0, 9.0, 10.0, 10.5, 12.0))
+    gate, tree = LookupGate(costs), draft_tree(6, [[3], [2]])  # 3 nodes, 1.5 tokens a pass
+    assert costs.bare_penalty() == pytest.approx(6.0)
+    # the chain alone (2.37 tokens at the priors) in 10.5 + 3 ms beats it in 14 with them
+    assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, False)
+    for _ in range(10):  # no chain followed one: the pass after loses 0.88 of 6 ms now
+        gate.followed(False)
+    assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
+    # shared streams run in every pass: no price without them
+    shared = LookupCosts(chain_ms, 3.0, 12.0)
+    assert LookupGate(shared).instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
 
 
 def test_the_chain_alone_is_rated_by_how_often_its_first_token_is_right_whatever_was_drafted():
@@ -197,7 +216,7 @@ def test_a_chain_past_the_streams_path_also_needs_that_path_right():
     history = [6, 3, 8, 9, 1, 2, 5, 6, 7, 0, 5, 6]
     streams = draft_tree(6, [[3]])  # history + [3] ends in (6, 3): 8, 9, 1, 2 followed it
     costs = LookupCosts(tuple(10.0 + n for n in range(6)), 2.0, 10.0)  # pays if reached >= 0.2
-    grown = lookup_grafter(GRAFT, costs)(history, streams)
+    grown = lookup_grafter(GRAFT, costs)(history, streams)[0]
     # under the root 7, 0, 5, 6 are reached 0.5, 0.375, 0.28, 0.21 of the time (the priors);
     # past the path a chain's first node is reached a quarter of the time (the prior for the
     # path and the node right): 8 at 0.25 pays, 9 at 0.19 not
@@ -233,13 +252,13 @@ def test_the_grafter_learns_from_earlier_generations_when_given_their_rates():
     costs = LookupCosts(tuple(10.0 + n for n in range(6)), 2.0, 10.0)  # pays if reached >= 0.2
     kept = LookupRates()
     grafter = lookup_grafter(GRAFT, costs, kept)
-    assert grafter(history, streams).tokens[-1] == 8  # the priors: the deep chain's first node
+    assert grafter(history, streams)[0].tokens[-1] == 8  # the priors: the deep chain's first node
     grafter(history + [3, 4, 4], streams)  # the text settles it: the path right, then not 8
     assert kept.first[("deep", 2)] == [0.0, 1.0]  # after the 2-gram (6, 3)
-    grown = lookup_grafter(GRAFT, costs, kept)(history, streams)  # the next generation
+    grown = lookup_grafter(GRAFT, costs, kept)(history, streams)[0]  # the next generation
     assert 8 not in grown.tokens  # reached a sixth of the time now: not grafted
     # a fresh gate, without the earlier generations' evidence, grafts it
-    assert lookup_grafter(GRAFT, costs)(history, streams).tokens[-1] == 8
+    assert lookup_grafter(GRAFT, costs)(history, streams)[0].tokens[-1] == 8
 
 
 @EXAMPLES
@@ -266,9 +285,9 @@ def test_grafted_trees_are_verified_and_equal_plain_greedy(
     made = []  # per pass: (history, the streams' tree, the grafted tree)
 
     def recording(history, tree, _confidence):
-        grown = grafter(history, tree)
+        grown, streams = grafter(history, tree)
         made.append((list(history), tree, grown))
-        return grown
+        return grown, streams
 
     trees = []
     forward = loop.tree_forward
@@ -311,7 +330,8 @@ def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
     over between them: the output stays plain decoding's (a shared model's own, its main
     stream attending to the streams), for static and confidence-gated trees alike, and where
     the gate verifies the lookup's chain alone instead of the streams' tree (`alone`: a tree
-    priced at one token a pass, so any chain it expects to be right at all beats it)."""
+    priced at one token a pass, so any chain it expects to be right at all beats it; lossless
+    streams sit that pass out, and the pass after drafts nothing from them)."""
     loaded = tiny_models[family]
     make = shared_streams if shared else streams_for
     params = make(loaded, seed, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
@@ -323,14 +343,16 @@ def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
     tree = [(0,), (1,), (0, 0)]
     policy = TreePolicy.gated((0.5,), ([(0,)], tree)) if gated else TreePolicy.static(tree)
     dec = loop.Decoder(loaded.model, arch, params, policy, passes=passes)
-    worthless = LookupCosts(tuple(10.0 + n for n in range(6)), 1.0, 11.0)
+    # lossless streams sit out every chain's pass where verified alone (cheap without them)
+    bare = () if shared else tuple(5.0 + n for n in range(6))
+    worthless = LookupCosts(tuple(10.0 + n for n in range(6)), 1.0, 11.0, (), (), bare)
     grafter = lookup_grafter(GRAFT, worthless if alone else None)
     grafted = []  # per pass: whether the lookup changed the streams' tree
 
     def recording(history, tree, confidence):
-        grown = grafter(history, tree, confidence)
-        grafted.append(grown != tree)
-        return grown
+        grown, streams = grafter(history, tree, confidence)
+        grafted.append(grown != tree or not streams)
+        return grown, streams
 
     dec.graft = recording
     ran = _where_passes_run(monkeypatch, passes)
@@ -365,7 +387,7 @@ def test_grafting_hands_the_oracle_path_between_device_and_host(tiny_models, sha
 
     def every_other(history, tree, _confidence):
         issued.append(len(history))
-        return graft(tree, 0, [wrong] * 2) if len(issued) % 2 == 0 else tree
+        return (graft(tree, 0, [wrong] * 2) if len(issued) % 2 == 0 else tree), True
 
     dec.graft = every_other
     state = loop.prefilled(dec, prompt)

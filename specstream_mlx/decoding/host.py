@@ -28,8 +28,9 @@ from .tree import Tree, accept_greedy, draft_tree
 Drafter = Callable[[list[int], object], Tree]
 # Grafts onto the streams' tree: (tokens decided so far, the streams' tree, stream 1's confidence
 # where the tree is gated) -> the tree to verify (decoding.lookup.lookup_grafter), which may
-# also be a lookup chain instead of it.
-Grafter = Callable[[list[int], Tree, float], Tree]
+# also be a lookup chain instead of it, and whether the streams run in its pass (lossless
+# streams may sit out a chain's).
+Grafter = Callable[[list[int], Tree, float], tuple[Tree, bool]]
 # Test hook: given the tokens decided so far, the tokens each stream should propose.
 DraftOverride = Callable[[list[int]], list[list[int]]]
 
@@ -138,15 +139,19 @@ class HostRun:
     def issue(self) -> _HostPass:
         return self.verify(*self._draft())
 
-    def verify(self, tree: Tree, extra: int = 0, q: list | None = None) -> _HostPass:
+    def verify(
+        self, tree: Tree, extra: int = 0, q: list | None = None, streams: bool = True
+    ) -> _HostPass:
         """Issue the pass over `tree` (`extra`: its nodes drafted from outside the streams; `q`:
-        per depth the distribution its candidates were drawn from)."""
+        per depth the distribution its candidates were drawn from; `streams` False: the
+        streams sit this pass out, the next drafting nothing from them)."""
         offset = self.forward.offset()
         d = self.drafting
         prune = None  # sampling: a cut would depend on the drawn tokens (the cap is breadth-first)
         if self.sampling is None:
             prune = replace(d.policy, max_nodes=d.policy.max_nodes + extra)
-        streams = d.from_streams and (extra == 0 or d.chain_streams or d.probe is not None)
+        streams = streams and d.from_streams
+        streams = streams and (extra == 0 or d.chain_streams or d.probe is not None)
         out = self.forward.verify(tree, prune, streams and d.override is None)
         return _HostPass(tree, out, offset, q, streams)
 
@@ -163,22 +168,23 @@ class HostRun:
 
     # ---- drafter ----
 
-    def _draft(self) -> tuple[Tree, int, list | None]:
+    def _draft(self) -> tuple[Tree, int, list | None, bool]:
         """The tree to verify, the nodes drafted from outside the streams (not cut by the node
-        cap), and per depth the distribution its candidates were drawn from (None: fixed)."""
+        cap), per depth the distribution its candidates were drawn from (None: fixed), and
+        whether the streams run in its pass (the grafter may have them sit a chain's out)."""
         d, policy = self.drafting, self.drafting.policy
         if d.drafter is not None:
             tree = d.drafter(self.history, self.hidden)
             if len(tree) > 1 or not d.streams or policy.depth == 0:
-                return tree, len(tree) - 1, [None] * len(tree)
+                return tree, len(tree) - 1, [None] * len(tree), True
         if self.sampling is not None:
             tree = cap_breadth_first(draft_tree(self.root, self.drafts), policy.max_nodes)
-            return tree, 0, self.q if self.drafts else None
+            return tree, 0, self.q if self.drafts else None, True
         tree = self.streams_tree()
         if d.graft is None:
-            return tree, 0, None
-        grafted = d.graft(self.history, tree, self.confidence)
-        return grafted, len(grafted) - len(tree), None
+            return tree, 0, None, True
+        grafted, streams = d.graft(self.history, tree, self.confidence)
+        return grafted, len(grafted) - len(tree), None, streams
 
     def streams_tree(self) -> Tree:
         """Greedy: the streams' tree at the last accepted node (the root alone where they

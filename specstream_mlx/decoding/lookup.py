@@ -88,6 +88,16 @@ class LookupCosts:
     # gates[b - 1] <= stream 1's confidence < gates[b] (decoding.plan.TreePlan.bin_tokens)
     gates: tuple[float, ...] = ()
     bin_tokens: tuple[float, ...] = ()
+    # lossless streams: chain_ms's passes with the streams sitting them out (the pass after
+    # then drafts nothing from them); () where they must run (shared mode)
+    bare_ms: tuple[float, ...] = ()
+
+    def bare_penalty(self) -> float:
+        """What the pass after a chain verified without the streams loses where no chain
+        follows it: the root alone (streams running) instead of the streams' tree, in ms (its
+        ms less the tree's ms a token)."""
+        fallback_ms = self.chain_ms[0] if self.fallback_ms is None else self.fallback_ms
+        return max(self.chain_ms[0] - fallback_ms / self.fallback_tokens, 0.0)
 
     def tree_tokens(self, confidence: float) -> float | None:
         """Tokens per pass the streams' calibrated tree decides at this confidence of stream 1
@@ -129,6 +139,8 @@ class LookupRates:
 
     first: dict = field(default_factory=dict)  # (kind, n) -> [right, wrong]
     next: list = field(default_factory=lambda: [0.0, 0.0])
+    # after a pass verifying the lookup's chain alone: [the next pass had a match, had none]
+    followed: list = field(default_factory=lambda: [0.0, 0.0])
 
 
 class LookupGate:
@@ -148,6 +160,7 @@ class LookupGate:
     DECAY = 0.9
     FIRST = {ROOT: (0.5, 0.5), AFTER_SHARED: (0.75, 1.25), DEEP: (0.5, 1.5), CHAIN: (0.5, 0.5)}
     NEXT = (1.5, 0.5)
+    FOLLOWED = (1.0, 1.0)
 
     def __init__(self, costs: LookupCosts, rates: LookupRates | None = None):
         self.costs = costs
@@ -161,6 +174,15 @@ class LookupGate:
         first = (r + pr) / (r + w + pr + pw)
         (r, w), (pr, pw) = self.evidence.next, self.NEXT
         return first, (r + pr) / (r + w + pr + pw)
+
+    def followed(self, matched: bool | None = None) -> float:
+        """P(the pass after one verifying the chain alone has a chain too); `matched`: count
+        whether this one, after such a pass, has."""
+        counts = self.evidence.followed
+        if matched is not None:
+            self._count(counts, matched)
+        (r, w), (pr, pw) = counts, self.FOLLOWED
+        return (r + pr) / (r + w + pr + pw)
 
     def _count(self, counts: list[float], right: bool) -> None:
         counts[:] = [c * self.DECAY for c in counts]
@@ -202,28 +224,25 @@ class LookupGate:
         self.watch(len(history), proposal, (ROOT, n))
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
-        return self._best_chain(len(proposal), self.rates(n), costs.fallback_tokens / fallback_ms)
+        bar = costs.fallback_tokens / fallback_ms
+        return _best_chain(len(proposal), self.rates(n), bar, costs.chain_ms)[0]
 
-    def instead(self, proposal: list[int], n: int, tree: Tree, tokens: float) -> int:
+    def instead(self, proposal: list[int], n: int, tree: Tree, tokens: float) -> tuple[int, bool]:
         """How many of `proposal` (the lookup's drafts after an n-gram match) to verify alone
         instead of `tree` (the streams' tree with the chains grafted on), which is expected to
-        decide `tokens` a pass: the L with the most expected tokens per ms, 0 to keep `tree`.
-        The chain's first token is rated on its own (`CHAIN`), the next ones as grafted ones."""
-        rate = tokens / self.costs.nodes_ms(len(tree))
-        return self._best_chain(len(proposal), self.rates(n, CHAIN), rate)
-
-    def _best_chain(self, length: int, rates: tuple[float, float], bar: float) -> int:
-        """The chain length up to `length` with the most expected tokens per ms above `bar`
-        (tokens per ms), its first new node reached at rates[0] and each next at rates[1] of
-        the one before; 0 where none beats `bar`."""
-        best, best_rate = 0, bar
-        (reach, later), expected = rates, 1.0
-        for size in range(1, length + 1):
-            expected += reach
-            reach *= later
-            if expected / self.costs.nodes_ms(size + 1) > best_rate:
-                best, best_rate = size, expected / self.costs.nodes_ms(size + 1)
-        return best
+        decide `tokens` a pass, and whether the streams run in that pass: the L with the most
+        expected tokens per ms, (0, True) to keep `tree`. The chain's first token is rated on
+        its own (`CHAIN`), the next ones as grafted ones. Lossless streams may sit the pass out
+        (`bare_ms`), its price then raised by what the pass after loses where no chain follows."""
+        costs, rates = self.costs, self.rates(n, CHAIN)
+        ms = [costs.nodes_ms(size + 1) for size in range(len(proposal) + 1)]
+        size, rate = _best_chain(len(proposal), rates, tokens / costs.nodes_ms(len(tree)), ms)
+        if costs.bare_ms and proposal:
+            lost = (1.0 - self.followed()) * costs.bare_penalty()
+            bare = _best_chain(len(proposal), rates, rate, [m + lost for m in costs.bare_ms])[0]
+            if bare:
+                return bare, False
+        return size, True
 
     def worth(self, reach: float, nodes: int) -> bool:
         """Whether a node reached with probability `reach` pays for the pass growing from
@@ -232,6 +251,21 @@ class LookupGate:
         costs = self.costs
         fallback_ms = costs.chain_ms[0] if costs.fallback_ms is None else costs.fallback_ms
         return reach * fallback_ms >= costs.fallback_tokens * costs.node_ms(nodes)
+
+
+def _best_chain(length: int, rates: tuple[float, float], bar: float, ms) -> tuple[int, float]:
+    """The chain length up to `length` with the most expected tokens per ms above `bar`
+    (tokens per ms) and that rate, its first new node reached at rates[0] and each next at
+    rates[1] of the one before, ms[L] the ms of a pass verifying L of it; (0, bar) where none
+    beats `bar`."""
+    best, best_rate = 0, bar
+    (reach, later), expected = rates, 1.0
+    for size in range(1, length + 1):
+        expected += reach
+        reach *= later
+        if expected / ms[size] > best_rate:
+            best, best_rate = size, expected / ms[size]
+    return best, best_rate
 
 
 def graft(tree: Tree, at: int, tokens: list[int], keep=None) -> Tree:
@@ -283,23 +317,34 @@ def lookup_grafter(
     `costs` expects it to pay (the chance of reaching it, rated per kind of chain; from `rates`
     on, the evidence of earlier generations, which it goes on updating), and the chain under
     the root is verified alone, without the streams' tree, where the gate expects that to
-    decide more tokens per ms (where `costs` carry the calibrated tree's tokens per pass);
-    costs=None grafts whole chains."""
+    decide more tokens per ms (where `costs` carry the calibrated tree's tokens per pass), the
+    lossless streams sitting that pass out where that pays too; costs=None grafts whole
+    chains. Returns the tree to verify and whether the streams run in its pass."""
     gate = None if costs is None else LookupGate(costs, rates)
+    alone_before = False  # the last pass verified the chain alone
 
-    def grafted(history: list[int], tree: Tree, confidence: float = 0.0) -> Tree:
+    def grafted(history: list[int], tree: Tree, confidence: float = 0.0) -> tuple[Tree, bool]:
+        nonlocal alone_before
         proposal, n = lookup_match(history, config)
         deepest, path = deepest_path(tree)
         further, m = lookup_match(history + path, config) if path else ([], 0)
         if gate is None:
-            return graft(graft(tree, 0, proposal), deepest, further)
+            return graft(graft(tree, 0, proposal), deepest, further), True
         gate.observe(history)
         gate.watch(len(history), proposal, (CHAIN, n), first_only=True)
+        if alone_before:
+            gate.followed(bool(proposal))
         out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
         out, more = _gated_graft(gate, len(history), out, (deepest, path), further, m)
         tokens = gate.costs.tree_tokens(confidence)
-        alone = 0 if tokens is None else gate.instead(proposal, n, out, tokens + gain + more)
-        return out if alone == 0 else draft_tree(history[-1], [[t] for t in proposal[:alone]])
+        if tokens is None:
+            return out, True
+        tokens = tokens if len(tree) > 1 else 1.0  # the root alone decides one
+        alone, streams = gate.instead(proposal, n, out, tokens + gain + more)
+        alone_before = alone > 0
+        if alone == 0:
+            return out, True
+        return draft_tree(history[-1], [[t] for t in proposal[:alone]]), streams
 
     return grafted
 

@@ -257,14 +257,14 @@ class Grafting:
 
     def issue(self):
         tree = self.host.streams_tree()
-        grafted = self.graft(self.state.history, tree, self.host.confidence)
-        if grafted == tree:
+        grafted, streams = self.graft(self.state.history, tree, self.host.confidence)
+        if grafted == tree and streams:
             if self.on_host:
                 self._to_device()
             return self.device.issue()
         if not self.on_host:
             self._to_host()
-        return self.host.verify(grafted, len(grafted) - len(tree))
+        return self.host.verify(grafted, len(grafted) - len(tree), None, streams)
 
     def settle(self, pending) -> Step:
         if not isinstance(pending, _Pending):
