@@ -39,7 +39,7 @@ METHODS = {  # name -> (decoder, whether a pass may verify the chain alone)
 def run(loaded, prompt: list[int], max_tokens: int, method: str):
     decoder, alone = METHODS[method]
     if not alone:
-        lookup.LookupGate.instead = lambda *_: 0
+        lookup.LookupGate.instead = lambda *_: (0, True)
     try:
         return ss.generate(loaded, prompt, max_tokens=max_tokens, decoder=decoder)
     finally:
