@@ -1,8 +1,9 @@
 """`ss+pld` verifying the lookup's chain alone where the gate expects it to decide more tokens
-per ms than the streams' tree with it grafted on (`decoding.lookup.LookupGate.instead`, as
-`ss+pld` runs now) against `ss+pld` always keeping the streams' tree (the chain only grafted,
-as before), paired on the same prompts in one process with `pld` (the lookup alone), `ss` and
-plain decoding (`ar`), interleaved prompt by prompt (issues 18 and 19).
+per ms than the streams' tree with it grafted on, lossless streams sitting that pass out where
+that pays too (`decoding.lookup.LookupGate.instead`, as `ss+pld` runs now: "choosing"), against
+`ss+pld` always keeping the streams' tree (the chain only grafted, as before:
+"always-grafted"), paired on the same prompts in one process with `pld` (the lookup alone),
+`ss` and plain decoding (`ar`), interleaved prompt by prompt (issues 18 and 19).
 
 Prints decode tokens/s per decoder (tokens after each prompt's first pass over the time after
 it, summed over prompts), tau (tokens per pass), nodes per pass, the median per-prompt ratio
