@@ -141,6 +141,18 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == `ss+pld` verifies the lookup's chain alone where that pays (issues 18 and 19) ==
+    # ss+pld choosing against ss+pld always keeping the streams' tree, paired with pld, ss and
+    # ar: Qwen's sql (about 10 min), SmolLM2's sql and data2text (about 8 and 10 min)
+    S="ss+pld verifies the lookup's chain alone"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/chain_alone.py \
+        --model "$QWEN" --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 16 \
+        --max-tokens 64 --json $R/chain_alone_qwen_sql_amd_1205.json
+    step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 --json $R/chain_alone_sql_amd_1205.json
+    step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter data2text --suite e2e \
+        --data "$D/e2e/dev.csv" --limit 10 --max-tokens 96 --json $R/chain_alone_e2e_amd_1205.json
+
     # == sql's next-token baseline with LoRA in every block (issue 20) ==
     # the baseline trained if missing (about 2 hours alone here), then scored beside the
     # shipped `sql` on dev items 0-39 (about 10 min)
