@@ -153,6 +153,13 @@ steps() {
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter data2text --suite e2e \
         --data "$D/e2e/dev.csv" --limit 10 --max-tokens 96 --json $R/chain_alone_e2e_amd_1205.json
 
+    # == Qwen's chat with every decoder (issue 19) ==
+    # the shipped Qwen `chat` with every decoder on 16 chat prompts (about 20 min)
+    S="Qwen's chat with every decoder"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+        --data "$D" --limit 16 --max-tokens 64 --adapter chat --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_qwen_chat_all_amd_1205.json --markdown $R/bench_qwen_chat_all_amd_1205.md
+
     # == sql's next-token baseline with LoRA in every block (issue 20) ==
     # the baseline trained if missing (about 2 hours alone here), then scored beside the
     # shipped `sql` on dev items 0-39 (about 10 min)
