@@ -184,7 +184,7 @@ def test_lossless_streams_sit_out_a_chain_alone_where_their_rows_cost_more_than_
     # the chain alone (2.37 tokens at the priors) in 10.5 + 3 ms beats it in 14 with them
     assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, False)
     for _ in range(10):  # no chain followed one: the pass after loses 0.88 of 6 ms now
-        gate.followed(False)
+        gate.count_followed(False)
     assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
     # shared streams run in every pass: no price without them
     shared = LookupCosts(chain_ms, 3.0, 12.0)

@@ -159,7 +159,7 @@ def test_walked_trees_draft_deep_where_the_streams_are_sure():
     """99 sure positions (both streams right, confidence 0.9), then 100 unsure ones (never
     right, 0.1). Walked pass by pass, no single tree beats plain decoding; a tree per bin
     drafts a chain where sure (33 passes of 3 tokens, 19 ms) and the root alone where not (100
-    passes of 1 token, 11 ms: the streams run for the next draft)."""
+    passes of 1 token, 11 ms: the streams run for the next draft), and says so per bin."""
     ranks = [[0, 0]] * 99 + [[9, 9]] * 100
     acc = Acceptance.from_ranks(ranks, 2, confidence=[0.9] * 99 + [0.1] * 100)
 
@@ -173,6 +173,9 @@ def test_walked_trees_draft_deep_where_the_streams_are_sure():
     assert choose_tree(acc, pass_ms, plain_ms=10).paths == ((0,), (0, 0))  # counted, not walked
     assert plan.policy().paths_at(0.95) == ((0,), (0, 0)) and plan.policy().paths_at(0.0) == ()
     assert plan.to_dict()["bin_trees"] == [[], [[0], [0, 0]]]
+    # each bin's tokens a pass on the walk (what ss+pld weighs a lookup chain against)
+    assert plan.bin_tokens == pytest.approx((1.0, 3.0))
+    assert plan.to_dict()["bin_expected_tokens"] == [1.0, 3.0]
     from specstream_apps.calibrate_cmd import describe_tree
 
     line = describe_tree("sure", plan.to_dict(), drift=0.0)

@@ -6,7 +6,9 @@ Strong when the answer copies from the prompt (summaries, SQL over a schema), we
 With the streams (`ss+pld`, greedy) the lookup's chains are grafted onto the streams' tree
 rather than drafted instead of it: the chain after the context's last n-gram under the root,
 and the chain after the context extended by the tree's deepest path under its deepest node, so
-a copied run can be accepted past the streams' depth in the same pass."""
+a copied run can be accepted past the streams' depth in the same pass; and where the chain
+alone is expected to decide more tokens per ms than that tree, a pass verifies it alone
+(lossless streams sitting it out where that pays too)."""
 
 from __future__ import annotations
 
@@ -175,13 +177,13 @@ class LookupGate:
         (r, w), (pr, pw) = self.evidence.next, self.NEXT
         return first, (r + pr) / (r + w + pr + pw)
 
-    def followed(self, matched: bool | None = None) -> float:
-        """P(the pass after one verifying the chain alone has a chain too); `matched`: count
-        whether this one, after such a pass, has."""
-        counts = self.evidence.followed
-        if matched is not None:
-            self._count(counts, matched)
-        (r, w), (pr, pw) = counts, self.FOLLOWED
+    def count_followed(self, matched: bool) -> None:
+        """Count whether this pass, after one verifying the chain alone, has a chain too."""
+        self._count(self.evidence.followed, matched)
+
+    def follow_rate(self) -> float:
+        """P(the pass after one verifying the chain alone has a chain too)."""
+        (r, w), (pr, pw) = self.evidence.followed, self.FOLLOWED
         return (r + pr) / (r + w + pr + pw)
 
     def _count(self, counts: list[float], right: bool) -> None:
@@ -238,7 +240,7 @@ class LookupGate:
         ms = [costs.nodes_ms(size + 1) for size in range(len(proposal) + 1)]
         size, rate = _best_chain(len(proposal), rates, tokens / costs.nodes_ms(len(tree)), ms)
         if costs.bare_ms and proposal:
-            lost = (1.0 - self.followed()) * costs.bare_penalty()
+            lost = (1.0 - self.follow_rate()) * costs.bare_penalty()
             bare = _best_chain(len(proposal), rates, rate, [m + lost for m in costs.bare_ms])[0]
             if bare:
                 return bare, False
@@ -333,7 +335,7 @@ def lookup_grafter(
         gate.observe(history)
         gate.watch(len(history), proposal, (CHAIN, n), first_only=True)
         if alone_before:
-            gate.followed(bool(proposal))
+            gate.count_followed(bool(proposal))
         out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
         out, more = _gated_graft(gate, len(history), out, (deepest, path), further, m)
         tokens = gate.costs.tree_tokens(confidence)
