@@ -182,32 +182,21 @@ def test_lossless_streams_sit_out_a_chain_alone_where_their_rows_cost_more_than_
     gate, tree = LookupGate(costs), draft_tree(6, [[3], [2]])  # 3 nodes, 1.5 tokens a pass
     assert costs.bare_penalty() == pytest.approx(6.0)
     # the chain alone (2.37 tokens at the priors) in 10.5 + 3 ms beats it in 14 with them
-    assert gate.instead([7, 8, 9, 1], ("chain-new", 3), tree, 1.5) == (4, False)
+    assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, False)
     for _ in range(10):  # no chain followed one: the pass after loses 0.88 of 6 ms now
         gate.count_followed(False)
-    assert gate.instead([7, 8, 9, 1], ("chain-new", 3), tree, 1.5) == (4, True)
+    assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
     # shared streams run in every pass: no price without them
     shared = LookupCosts(chain_ms, 3.0, 12.0)
-    assert LookupGate(shared).instead([7, 8, 9, 1], ("chain-new", 3), tree, 1.5) == (4, True)
+    assert LookupGate(shared).instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
 
 
-def test_the_chain_alone_is_rated_apart_where_the_streams_drafted_its_first_token_too():
+def test_the_chain_alone_is_rated_by_how_often_its_first_token_is_right_whatever_was_drafted():
     gate = LookupGate(LookupCosts((10.0, 11.0)))
-    # the priors: a first token the streams drafted too is right more often
-    assert gate.rates(2, "chain-new")[0] == 0.5 and gate.rates(2, "chain-shared")[0] == 0.75
-    gate.watch(3, [7, 8], ("chain-new", 2), first_only=True)
+    assert gate.rates(2, "chain")[0] == 0.5  # the prior
+    gate.watch(3, [7, 8], ("chain", 2), first_only=True)
     gate.observe([1, 2, 3, 7, 8])  # its first token right (its second counts toward no rate)
-    assert gate.rates(2, "chain-new") == (pytest.approx(1.5 / 2), pytest.approx(0.75))
-    assert gate.rates(2, "chain-shared")[0] == 0.75
-    # the grafter rates each chain by whether the streams' tree holds its first token
-    history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]  # after (5, 6) came 7, 8, 9, 1
-    costs = LookupCosts(tuple(10.0 + n for n in range(10)), 2.0, 12.0)
-    kept = LookupRates()
-    grafter = lookup_grafter(GRAFT, costs, kept)
-    grafter(history, draft_tree(6, [[7]]))  # the streams drafted 7 too
-    grafter(history + [7], draft_tree(7, [[3]]))  # the text settles it: 7 was right
-    assert kept.first[("chain-shared", 2)] == [1.0, 0.0]
-    assert not any(kind == "chain-new" for kind, _ in kept.first)
+    assert gate.rates(2, "chain") == (pytest.approx(1.5 / 2), pytest.approx(0.75))
 
 
 def test_a_node_costs_the_mean_step_to_the_largest_pass_not_the_curves_local_step():

@@ -62,10 +62,9 @@ def lookup_match(
 # the streams made too, and a chain past the streams' deepest path (right only where that path
 # is: 0.14 of its first nodes taken on e2e, 0.54-0.65 on dialogsum and sql).
 ROOT, AFTER_SHARED, DEEP = "root", "after-shared", "deep"
-# And the chain under the root scored on its own: how often a pass verifying that chain alone,
-# instead of the grafted tree, gets its first token, apart where the streams drafted that token
-# too and where they did not (which loses the streams' own first guess when verified alone).
-CHAIN_SHARED, CHAIN_NEW = "chain-shared", "chain-new"
+# And the chain under the root scored on its own, whatever the streams drafted: how often a pass
+# verifying that chain alone, instead of the grafted tree, gets its first token.
+CHAIN = "chain"
 
 
 @dataclass(frozen=True)
@@ -161,13 +160,7 @@ class LookupGate:
     right and wrong); the evidence (`LookupRates`) may come from earlier generations."""
 
     DECAY = 0.9
-    FIRST = {
-        ROOT: (0.5, 0.5),
-        AFTER_SHARED: (0.75, 1.25),
-        DEEP: (0.5, 1.5),
-        CHAIN_SHARED: (0.75, 0.25),
-        CHAIN_NEW: (0.5, 0.5),
-    }
+    FIRST = {ROOT: (0.5, 0.5), AFTER_SHARED: (0.75, 1.25), DEEP: (0.5, 1.5), CHAIN: (0.5, 0.5)}
     NEXT = (1.5, 0.5)
     FOLLOWED = (1.0, 1.0)
 
@@ -236,17 +229,14 @@ class LookupGate:
         bar = costs.fallback_tokens / fallback_ms
         return _best_chain(len(proposal), self.rates(n), bar, costs.chain_ms)[0]
 
-    def instead(
-        self, proposal: list[int], rate: tuple[str, int], tree: Tree, tokens: float
-    ) -> tuple[int, bool]:
-        """How many of `proposal` (the lookup's drafts) to verify alone instead of `tree` (the
-        streams' tree with the chains grafted on), which is expected to decide `tokens` a pass,
-        and whether the streams run in that pass: the L with the most expected tokens per ms,
-        (0, True) to keep `tree`. The chain's first token is rated on its own (`rate`: a
-        `CHAIN_SHARED` or `CHAIN_NEW` kind and the n-gram's length), the next ones as grafted
-        ones. Lossless streams may sit the pass out (`bare_ms`), its price then raised by what
-        the pass after loses where no chain follows."""
-        costs, rates = self.costs, self.rates(rate[1], rate[0])
+    def instead(self, proposal: list[int], n: int, tree: Tree, tokens: float) -> tuple[int, bool]:
+        """How many of `proposal` (the lookup's drafts after an n-gram match) to verify alone
+        instead of `tree` (the streams' tree with the chains grafted on), which is expected to
+        decide `tokens` a pass, and whether the streams run in that pass: the L with the most
+        expected tokens per ms, (0, True) to keep `tree`. The chain's first token is rated on
+        its own (`CHAIN`), the next ones as grafted ones. Lossless streams may sit the pass out
+        (`bare_ms`), its price then raised by what the pass after loses where no chain follows."""
+        costs, rates = self.costs, self.rates(n, CHAIN)
         ms = [costs.nodes_ms(size + 1) for size in range(len(proposal) + 1)]
         size, rate = _best_chain(len(proposal), rates, tokens / costs.nodes_ms(len(tree)), ms)
         if costs.bare_ms and proposal:
@@ -343,8 +333,7 @@ def lookup_grafter(
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further), True
         gate.observe(history)
-        rate = (CHAIN_SHARED if chain_in(tree, 0, proposal[:1]) else CHAIN_NEW, n)
-        gate.watch(len(history), proposal, rate, first_only=True)
+        gate.watch(len(history), proposal, (CHAIN, n), first_only=True)
         if alone_before:
             gate.count_followed(bool(proposal))
         out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
@@ -353,7 +342,7 @@ def lookup_grafter(
         if tokens is None:
             return out, True
         tokens = tokens if len(tree) > 1 else 1.0  # the root alone decides one
-        alone, streams = gate.instead(proposal, rate, out, tokens + gain + more)
+        alone, streams = gate.instead(proposal, n, out, tokens + gain + more)
         alone_before = alone > 0
         if alone == 0:
             return out, True
