@@ -156,6 +156,10 @@ steps() {
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter summarize --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 10 --max-tokens 96 \
         --json $R/chain_alone_dialogsum_amd_1205.json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_chain_alone_amd_1205.json \
+        --markdown $R/bench_qwen_sql_chain_alone_amd_1205.md
 
     # == Qwen's chat with every decoder (issue 19) ==
     # the shipped Qwen `chat` with every decoder on 16 chat prompts (about 20 min)
