@@ -158,8 +158,11 @@ def test_the_grafter_keeps_a_node_only_where_it_pays():
 def test_the_grafter_verifies_the_chain_alone_where_the_streams_tree_decides_less_per_ms():
     history = [4, 5, 6, 7, 8, 9, 1, 2, 3, 0, 5, 6]  # after (5, 6) came 7, 8, 9, 1
     streams = draft_tree(6, [[3], [2]])  # the streams' chain differs from the lookup's
-    # a gated tree: 1.1 tokens a pass below stream 1's confidence 0.5, 3.0 above it
-    costs = LookupCosts(tuple(10.0 + n for n in range(10)), 2.0, 12.0, (0.5,), (1.1, 3.0))
+    # a gated tree of lossless streams: 1.1 tokens a pass below stream 1's confidence 0.5, 3.0
+    # above it; without the streams a chain pass costs what it does with them (no reason to
+    # sit it out)
+    chain_ms = tuple(10.0 + n for n in range(10))
+    costs = LookupCosts(chain_ms, 2.0, 12.0, (0.5,), (1.1, 3.0), chain_ms)
     grafter = lookup_grafter(GRAFT, costs)
     # unsure streams: the chain alone (1 + 0.5 + 0.375 + 0.28 + 0.21 = 2.37 tokens in 14 ms at
     # the priors) beats their tree with it grafted (1.1 + the same 1.37 in 16 ms)
@@ -170,6 +173,9 @@ def test_the_grafter_verifies_the_chain_alone_where_the_streams_tree_decides_les
     # a tree whose tokens per pass are not known (its own, not calibrated): never replaced
     unknown = LookupCosts(costs.chain_ms)
     assert lookup_grafter(GRAFT, unknown)(history, streams, 0.2)[0].tokens[:3] == [6, 3, 2]
+    # shared streams run in every pass: their tree is kept, the chain grafted on
+    shared = LookupCosts(chain_ms, 2.0, 12.0, (0.5,), (1.1, 3.0))
+    assert lookup_grafter(GRAFT, shared)(history, streams, 0.2)[0].tokens[:3] == [6, 3, 2]
 
 
 def test_lossless_streams_sit_out_a_chain_alone_where_their_rows_cost_more_than_the_next_loses():
@@ -186,9 +192,9 @@ def test_lossless_streams_sit_out_a_chain_alone_where_their_rows_cost_more_than_
     for _ in range(10):  # no chain followed one: the pass after loses 0.88 of 6 ms now
         gate.count_followed(False)
     assert gate.instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
-    # shared streams run in every pass: no price without them
+    # shared streams run in every pass: their tree is kept
     shared = LookupCosts(chain_ms, 3.0, 12.0)
-    assert LookupGate(shared).instead([7, 8, 9, 1], 3, tree, 1.5) == (4, True)
+    assert LookupGate(shared).instead([7, 8, 9, 1], 3, tree, 1.5) == (0, True)
 
 
 def test_the_chain_alone_is_rated_by_how_often_its_first_token_is_right_whatever_was_drafted():
@@ -329,9 +335,9 @@ def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
     and one it grafts onto on the host (Passes.logits), the caches and the next draft handed
     over between them: the output stays plain decoding's (a shared model's own, its main
     stream attending to the streams), for static and confidence-gated trees alike, and where
-    the gate verifies the lookup's chain alone instead of the streams' tree (`alone`: a tree
-    priced at one token a pass, so any chain it expects to be right at all beats it; lossless
-    streams sit that pass out, and the pass after drafts nothing from them)."""
+    the gate verifies the lookup's chain alone instead of the streams' tree (`alone`, lossless
+    streams: a tree priced at one token a pass, so any chain it expects to be right at all
+    beats it, and the streams sit that pass out, the pass after drafting nothing from them)."""
     loaded = tiny_models[family]
     make = shared_streams if shared else streams_for
     params = make(loaded, seed, gamma=2, top_k=2, n_msa_layers=2, max_tree_nodes=4)
@@ -343,7 +349,8 @@ def test_grafting_passes_settle_on_the_device_while_nothing_is_grafted(
     tree = [(0,), (1,), (0, 0)]
     policy = TreePolicy.gated((0.5,), ([(0,)], tree)) if gated else TreePolicy.static(tree)
     dec = loop.Decoder(loaded.model, arch, params, policy, passes=passes)
-    # lossless streams sit out every chain's pass where verified alone (cheap without them)
+    # lossless streams sit out every chain's pass where verified alone (cheap without them);
+    # shared ones keep their tree
     bare = () if shared else tuple(5.0 + n for n in range(6))
     worthless = LookupCosts(tuple(10.0 + n for n in range(6)), 1.0, 11.0, (), (), bare)
     grafter = lookup_grafter(GRAFT, worthless if alone else None)

@@ -6,9 +6,9 @@ Strong when the answer copies from the prompt (summaries, SQL over a schema), we
 With the streams (`ss+pld`, greedy) the lookup's chains are grafted onto the streams' tree
 rather than drafted instead of it: the chain after the context's last n-gram under the root,
 and the chain after the context extended by the tree's deepest path under its deepest node, so
-a copied run can be accepted past the streams' depth in the same pass; and where the chain
-alone is expected to decide more tokens per ms than that tree, a pass verifies it alone
-(lossless streams sitting it out where that pays too)."""
+a copied run can be accepted past the streams' depth in the same pass; and, for lossless
+streams, where the chain alone is expected to decide more tokens per ms than that tree, a pass
+verifies it alone (the streams sitting it out where that pays too)."""
 
 from __future__ import annotations
 
@@ -234,9 +234,13 @@ class LookupGate:
         instead of `tree` (the streams' tree with the chains grafted on), which is expected to
         decide `tokens` a pass, and whether the streams run in that pass: the L with the most
         expected tokens per ms, (0, True) to keep `tree`. The chain's first token is rated on
-        its own (`CHAIN`), the next ones as grafted ones. Lossless streams may sit the pass out
-        (`bare_ms`), its price then raised by what the pass after loses where no chain follows."""
+        its own (`CHAIN`), the next ones as grafted ones. Only lossless streams, which may sit
+        the pass out (`bare_ms`, its price then raised by what the pass after loses where no
+        chain follows): for streams that must run (shared) the chain alone measured no faster
+        than grafting it (docs/BENCHMARKS.md, "`ss+pld` verifies the lookup's chain alone")."""
         costs, rates = self.costs, self.rates(n, CHAIN)
+        if not costs.bare_ms:
+            return 0, True
         ms = [costs.nodes_ms(size + 1) for size in range(len(proposal) + 1)]
         size, rate = _best_chain(len(proposal), rates, tokens / costs.nodes_ms(len(tree)), ms)
         if costs.bare_ms and proposal:
@@ -317,11 +321,11 @@ def lookup_grafter(
     context's last n-gram under the root, the chain after the context extended by the tree's
     deepest path under its deepest node. Each new node is kept while a `LookupGate` over
     `costs` expects it to pay (the chance of reaching it, rated per kind of chain; from `rates`
-    on, the evidence of earlier generations, which it goes on updating), and the chain under
-    the root is verified alone, without the streams' tree, where the gate expects that to
-    decide more tokens per ms (where `costs` carry the calibrated tree's tokens per pass), the
-    lossless streams sitting that pass out where that pays too; costs=None grafts whole
-    chains. Returns the tree to verify and whether the streams run in its pass."""
+    on, the evidence of earlier generations, which it goes on updating), and, for lossless
+    streams, the chain under the root is verified alone, without the streams' tree, where the
+    gate expects that to decide more tokens per ms (where `costs` carry the calibrated tree's
+    tokens per pass), the streams sitting that pass out where that pays too; costs=None grafts
+    whole chains. Returns the tree to verify and whether the streams run in its pass."""
     gate = None if costs is None else LookupGate(costs, rates)
     alone_before = False  # the last pass verified the chain alone
 
