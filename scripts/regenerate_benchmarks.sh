@@ -143,14 +143,19 @@ steps() {
 
     # == `ss+pld` verifies the lookup's chain alone where that pays (issues 18 and 19) ==
     # ss+pld choosing against ss+pld always keeping the streams' tree, paired with pld, ss and
-    # ar: Qwen's sql (about 10 min), SmolLM2's sql, data2text and summarize (8-10 min each); the
-    # split chain rate tried and reverted (fc59f96) is not rerun
+    # ar: Qwen's sql (about 10 min), SmolLM2's sql (once, then two rounds), data2text and
+    # summarize (8-10 min each; since 5127c0b shared streams are not offered the chain alone, so
+    # their "choosing" equals always-grafted); the split chain rate (fc59f96, reverted) is not
+    # rerun
     S="ss+pld verifies the lookup's chain alone"
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/chain_alone.py \
         --model "$QWEN" --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 16 \
         --max-tokens 64 --json $R/chain_alone_qwen_sql_amd_1205.json
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter sql --suite sql \
         --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 --json $R/chain_alone_sql_amd_1205.json
+    step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 --rounds 2 \
+        --json $R/chain_alone_sql_rounds2_amd_1205.json
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter data2text --suite e2e \
         --data "$D/e2e/dev.csv" --limit 10 --max-tokens 96 --json $R/chain_alone_e2e_amd_1205.json
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter summarize --suite dialogsum \
