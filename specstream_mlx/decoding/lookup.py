@@ -101,11 +101,16 @@ class LookupCosts:
         fallback_ms = self.chain_ms[0] if self.fallback_ms is None else self.fallback_ms
         return max(self.chain_ms[0] - fallback_ms / self.fallback_tokens, 0.0)
 
-    def tree_tokens(self, confidence: float) -> float | None:
+    def offers_alone(self) -> bool:
+        """Whether a pass may verify the lookup's chain alone instead of the streams' tree:
+        where the streams may sit it out (lossless) and the tree is the calibrated one, whose
+        tokens a pass are known. Streams that must run (shared) measured no faster with it
+        (docs/BENCHMARKS.md, "`ss+pld` verifies the lookup's chain alone")."""
+        return bool(self.bare_ms) and self.fallback_ms is not None
+
+    def tree_tokens(self, confidence: float) -> float:
         """Tokens per pass the streams' calibrated tree decides at this confidence of stream 1
-        (its bin's where gated); None where what runs instead is not that tree."""
-        if self.fallback_ms is None:
-            return None
+        (its bin's where gated)."""
         if self.bin_tokens:
             return self.bin_tokens[bisect.bisect_right(self.gates, confidence)]
         return self.fallback_tokens
@@ -234,16 +239,13 @@ class LookupGate:
         instead of `tree` (the streams' tree with the chains grafted on), which is expected to
         decide `tokens` a pass, and whether the streams run in that pass: the L with the most
         expected tokens per ms, (0, True) to keep `tree`. The chain's first token is rated on
-        its own (`CHAIN`), the next ones as grafted ones. Only lossless streams, which may sit
-        the pass out (`bare_ms`, its price then raised by what the pass after loses where no
-        chain follows): for streams that must run (shared) the chain alone measured no faster
-        than grafting it (docs/BENCHMARKS.md, "`ss+pld` verifies the lookup's chain alone")."""
+        its own (`CHAIN`), the next ones as grafted ones. The streams may sit the pass out
+        (`bare_ms`), its price then raised by what the pass after loses where no chain follows.
+        Asked only where the costs offer it (`LookupCosts.offers_alone`)."""
         costs, rates = self.costs, self.rates(n, CHAIN)
-        if not costs.bare_ms:
-            return 0, True
         ms = [costs.nodes_ms(size + 1) for size in range(len(proposal) + 1)]
         size, rate = _best_chain(len(proposal), rates, tokens / costs.nodes_ms(len(tree)), ms)
-        if costs.bare_ms and proposal:
+        if proposal:
             lost = (1.0 - self.follow_rate()) * costs.bare_penalty()
             bare = _best_chain(len(proposal), rates, rate, [m + lost for m in costs.bare_ms])[0]
             if bare:
@@ -337,15 +339,14 @@ def lookup_grafter(
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further), True
         gate.observe(history)
+        out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
+        out, more = _gated_graft(gate, len(history), out, (deepest, path), further, m)
+        if not gate.costs.offers_alone():
+            return out, True
         gate.watch(len(history), proposal, (CHAIN, n), first_only=True)
         if alone_before:
             gate.count_followed(bool(proposal))
-        out, gain = _gated_graft(gate, len(history), tree, (0, []), proposal, n)
-        out, more = _gated_graft(gate, len(history), out, (deepest, path), further, m)
-        tokens = gate.costs.tree_tokens(confidence)
-        if tokens is None:
-            return out, True
-        tokens = tokens if len(tree) > 1 else 1.0  # the root alone decides one
+        tokens = gate.costs.tree_tokens(confidence) if len(tree) > 1 else 1.0  # root alone: one
         alone, streams = gate.instead(proposal, n, out, tokens + gain + more)
         alone_before = alone > 0
         if alone == 0:
