@@ -2,7 +2,8 @@
 
 The direction follows the source folder. Before anything is written the result is checked
 against the target base model (its fingerprint, and every tensor's name and shape); the output
-folder is written atomically. Needs neither torch nor PEFT.
+folder is written atomically, with the source's acceptance.json and README.md (its card: the
+training data's licences travel with it). Needs neither torch nor PEFT.
 """
 
 from __future__ import annotations
@@ -88,7 +89,11 @@ def run(args) -> int:
 
     written = af.write_folder(args.target, out, overwrite=args.overwrite, check=check)
     n = len(out.tensors) + len(out.lora)
-    print(f"wrote {written}: {src.kind} -> {out.kind}, {cfg.mode} mode, {n} tensors, {checked}")
+    carried = "".join(f", {name} carried" for name in sorted(out.companions))
+    print(
+        f"wrote {written}: {src.kind} -> {out.kind}, {cfg.mode} mode, {n} tensors, {checked}"
+        f"{carried}"
+    )
     return 0
 
 

@@ -19,6 +19,10 @@ with `adapters.{i}.a` (d, r) = down.weight^T, `adapters.{i}.b` (r, d) = up.weigh
 lora_A^T, `lora_b` (r, out) = lora_B^T. LoRA scale: MLX multiplies by `lora_scale`, PEFT by
 lora_alpha / r (alpha / sqrt(r) with use_rslora), so alpha = scale * r.
 
+Both kinds may carry companions, copied byte for byte by a conversion: `acceptance.json` (the
+streams' measured acceptance, from which the MLX runtime chooses its draft tree) and `README.md`
+(the adapter's card: what it was trained on, and the data's licences and attributions).
+
 Every tensor keeps its dtype (float16 stays float16) unless `lora_as` stores the LoRA as float16
 (`specstream convert --lora-dtype float16`) or `heads_as` the streams' parent heads
 (`--heads-dtype float16`); bfloat16, which numpy cannot hold, is widened to
@@ -46,6 +50,8 @@ FORMAT_VERSION = 1
 TORCH_STREAMS, TORCH_CONFIG = "streams.safetensors", "stream_config.json"
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 MLX_WEIGHTS, MLX_CONFIG = "adapters.safetensors", "adapter_config.json"
+ACCEPTANCE = "acceptance.json"
+COMPANIONS = (ACCEPTANCE, "README.md")  # carried as they are, in either direction
 MLX_LORA_PREFIX = "lora."
 PEFT_PREFIX = "base_model.model."
 # The linear layers of a block, as the MLX runtime wraps them all with LoRA (short PEFT names).
@@ -90,6 +96,7 @@ class Folder:
     tensors: dict[str, np.ndarray]  # streams (torch) or everything (mlx)
     lora: dict[str, np.ndarray] = field(default_factory=dict)  # torch: PEFT tensors
     peft_config: dict | None = None  # torch, shared mode
+    companions: dict[str, bytes] = field(default_factory=dict)  # file name -> its bytes
 
     @property
     def stream_config(self) -> StreamConfig:
@@ -124,17 +131,33 @@ def read_folder(path: str | os.PathLike) -> Folder:
             raise SpecstreamError(
                 f"{path} is an MLX LoRA folder without streams: only stream adapters convert"
             )
-        return Folder("mlx", config, read_tensors(path / MLX_WEIGHTS))
-    config = _checked_base(_read_json(path / TORCH_CONFIG), path / TORCH_CONFIG)
-    streams = read_tensors(path / TORCH_STREAMS)
-    folder = Folder("torch", config, streams)
-    if folder.stream_config.mode == "shared":
+        folder = Folder("mlx", config, read_tensors(path / MLX_WEIGHTS))
+    else:
+        config = _checked_base(_read_json(path / TORCH_CONFIG), path / TORCH_CONFIG)
+        folder = Folder("torch", config, read_tensors(path / TORCH_STREAMS))
+    if kind == "torch" and folder.stream_config.mode == "shared":
         for name in (PEFT_CONFIG, PEFT_WEIGHTS):
             if not (path / name).is_file():
                 raise SpecstreamError(f"a shared-mode adapter needs its PEFT LoRA: {path / name}")
         folder.peft_config = _read_json(path / PEFT_CONFIG)
         folder.lora = read_tensors(path / PEFT_WEIGHTS)
+    folder.companions = _companions(path, folder)
     return folder
+
+
+def _companions(path: Path, folder: Folder) -> dict[str, bytes]:
+    """The folder's companion files, an acceptance.json only once it reads as statistics of
+    the folder's streams (a conversion must not carry what the runtime would refuse)."""
+    from specstream_mlx.streams.acceptance import Acceptance
+
+    found = {n: (path / n).read_bytes() for n in COMPANIONS if (path / n).is_file()}
+    if ACCEPTANCE in found:
+        acceptance, gamma = Acceptance.read(path), folder.stream_config.gamma
+        if acceptance.gamma != gamma:
+            raise SpecstreamError(
+                f"{path / ACCEPTANCE} counts {acceptance.gamma} streams; the adapter has {gamma}"
+            )
+    return found
 
 
 def _checked_base(config: dict, path: Path) -> dict:
@@ -162,8 +185,11 @@ def write_folder(
             files = {TORCH_STREAMS: folder.tensors, TORCH_CONFIG: folder.config}
             if folder.peft_config is not None:
                 files.update({PEFT_WEIGHTS: folder.lora, PEFT_CONFIG: folder.peft_config})
+        files.update(folder.companions)
         for name, content in files.items():
-            if name.endswith(".safetensors"):
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            elif name.endswith(".safetensors"):
                 save_file(_contiguous(content), str(tmp / name))
             else:
                 _write_json(tmp / name, content)
@@ -196,7 +222,7 @@ def torch_to_mlx(src: Folder) -> tuple[Folder, dict[str, str]]:
         raise SpecstreamError("cannot convert: " + "; ".join(_cut(problems)))
     config = {k: v for k, v in src.config.items() if k != "shapes"}
     config["shapes"] = {name: list(v.shape) for name, v in tensors.items()}
-    return Folder("mlx", config, tensors), origin
+    return Folder("mlx", config, tensors, companions=src.companions), origin
 
 
 def mlx_to_torch(src: Folder) -> tuple[Folder, dict[str, str]]:
@@ -222,7 +248,7 @@ def mlx_to_torch(src: Folder) -> tuple[Folder, dict[str, str]]:
     if cfg.mode == "shared":
         targets = sorted({_short(_MLX_LORA.match(n)[2]) for n in src.tensors if _MLX_LORA.match(n)})
         peft = peft_config(cfg, targets, src.config.get("base_model", {}).get("name"))
-    return Folder("torch", config, streams, lora, peft), origin
+    return Folder("torch", config, streams, lora, peft, src.companions), origin
 
 
 def lora_as(folder: Folder, dtype: str) -> Folder:

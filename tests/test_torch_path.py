@@ -627,6 +627,37 @@ def assert_only_these_halved(full: Path, half: Path, prefix: str) -> set[str]:
     return names
 
 
+def test_convert_carries_acceptance_and_card_both_ways(pairs, tmp_path, capsys):
+    """An adapter's acceptance.json (from which the MLX runtime plans its tree) and README.md
+    (its card: the training data's licences) travel byte for byte MLX -> torch -> MLX, and the
+    runtime reads the statistics from the converted folder; an acceptance.json that does not
+    fit the streams is refused before anything is written."""
+    from specstream_mlx.streams.acceptance import Acceptance
+    from specstream_mlx.streams.adapter_io import read_adapter
+
+    loaded, _ = pairs["llama"]
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", "lossless", seed=5, gamma=2, top_k=2,
+                            n_msa_layers=2, max_tree_nodes=4)  # fmt: skip
+    stats = Acceptance.from_ranks([[0, 1], [2, 8], [0, 0]], 2, "a test")
+    (Path(folder) / "acceptance.json").write_text(json.dumps(stats.to_dict()))
+    (Path(folder) / "README.md").write_text("# a\nTrained on data under CC BY-SA 3.0.\n")
+    model = ["--model", str(loaded.path)]
+    assert run_convert(folder, tmp_path / "torch", *model) == 0
+    assert run_convert(tmp_path / "torch", tmp_path / "back", *model) == 0
+    out = capsys.readouterr().out
+    assert out.count("README.md carried") == 2 and out.count("acceptance.json carried") == 2
+    for name in ("acceptance.json", "README.md"):
+        want = (Path(folder) / name).read_bytes()
+        assert (tmp_path / "torch" / name).read_bytes() == want
+        assert (tmp_path / "back" / name).read_bytes() == want
+    assert read_adapter(tmp_path / "back", loaded).streams.acceptance.counts == stats.counts
+    wrong = Acceptance.from_ranks([[0, 1, 0]], 3, "three streams")
+    (tmp_path / "torch" / "acceptance.json").write_text(json.dumps(wrong.to_dict()))
+    assert run_convert(tmp_path / "torch", tmp_path / "refused", *model) == 2
+    assert "counts 3 streams; the adapter has 2" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+
+
 def run_convert(source, target, *extra):
     return cli(["convert", "--from", str(source), "--to", str(target), *extra])
 
