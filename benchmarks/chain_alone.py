@@ -22,10 +22,9 @@ from functools import partial
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx.decoding import lookup  # noqa: E402
-from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, suite_prompts, write  # noqa: E402
+from paired import arguments, paired, report, suite_prompts  # noqa: E402
 
 INSTEAD = lookup.LookupGate.instead
 METHODS = {  # name -> (decoder, whether a pass may verify the chain alone)
@@ -55,13 +54,7 @@ def main() -> None:
     print(f"ss+pld: {json.dumps(tree)}", flush=True)
     runs = {m: partial(run, loaded, method=m) for m in METHODS}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("choosing", "always-grafted"))
-    extra = {
-        "tree": tree,
-        "decoders": result["decoders"],
-        "median_choosing_over_always_grafted": result["median_ratio"],
-        "identical_to_ar": result["identical_to_ar"],
-    }
-    write(args, prompts, extra, provenance())
+    report(args, prompts, result, "choosing_over_always_grafted", tree=tree)
 
 
 if __name__ == "__main__":

@@ -27,10 +27,9 @@ from types import SimpleNamespace
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx import session  # noqa: E402
 from specstream_mlx.decoding import loop  # noqa: E402
-from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, suite_prompts, write  # noqa: E402
+from paired import arguments, paired, report, suite_prompts  # noqa: E402
 
 GRAFTED = session._with_lookup
 
@@ -76,13 +75,7 @@ def main() -> None:
     print(f"grafted: {json.dumps(lookup)}", flush=True)
     runs = {m: partial(run, loaded, method=m) for m in METHODS}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("grafted", "chains"))
-    extra = {
-        "grafted_tree": lookup,
-        "decoders": result["decoders"],
-        "median_grafted_over_chains": result["median_ratio"],
-        "identical_to_ar": result["identical_to_ar"],
-    }
-    write(args, prompts, extra, provenance())
+    report(args, prompts, result, "grafted_over_chains", grafted_tree=lookup)
 
 
 if __name__ == "__main__":

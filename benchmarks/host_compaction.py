@@ -20,10 +20,9 @@ from functools import partial
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
 from specstream_mlx.decoding import loop  # noqa: E402
-from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, suite_prompts, write  # noqa: E402
+from paired import arguments, paired, report, suite_prompts  # noqa: E402
 
 IN_PLACE = loop.compact
 
@@ -60,12 +59,7 @@ def main() -> None:
     prompts = suite_prompts(loaded, args)
     runs = {m: partial(run, loaded, method=m) for m in METHODS}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("ss+pld", "ss+pld before"))
-    extra = {
-        "decoders": result["decoders"],
-        "median_now_over_before": result["median_ratio"],
-        "identical_to_ar": result["identical_to_ar"],
-    }
-    write(args, prompts, extra, provenance())
+    report(args, prompts, result, "now_over_before")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Decoders paired on the same prompts in one process, interleaved prompt by prompt (the order
 reversed every other prompt) so that the machine's drift falls on all of them alike: the loop
-and the summary that benchmarks/walked_trees.py and benchmarks/grafted_lookup.py share."""
+and the summary that the paired benchmarks (walked_trees.py, grafted_lookup.py, chain_alone.py,
+host_compaction.py) share."""
 
 from __future__ import annotations
 
@@ -82,6 +83,20 @@ def suite_prompts(loaded, args: argparse.Namespace) -> list[list[int]]:
 
     questions = read_suite(args.suite, args.data, args.limit)
     return [encode_prompt(loaded, q.turns[0]) for q in questions]
+
+
+def report(args: argparse.Namespace, prompts: list, result: dict, ratio: str, **more) -> None:
+    """Write `paired`'s `result` (--json) beside `more`, its median ratio named `median_{ratio}`,
+    with the run's provenance."""
+    from specstream_mlx.provenance import provenance
+
+    extra = {
+        **more,
+        "decoders": result["decoders"],
+        f"median_{ratio}": result["median_ratio"],
+        "identical_to_ar": result["identical_to_ar"],
+    }
+    write(args, prompts, extra, provenance())
 
 
 def write(args: argparse.Namespace, prompts: list, extra: dict, provenance: dict) -> None:

@@ -26,10 +26,9 @@ from functools import partial
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.provenance import provenance  # noqa: E402
 
 # isort: on
-from paired import arguments, paired, suite_prompts, write  # noqa: E402
+from paired import arguments, paired, report, suite_prompts  # noqa: E402
 
 
 def plans(loaded) -> dict:
@@ -68,13 +67,8 @@ def main() -> None:
     prompts = suite_prompts(loaded, args)
     runs = {m: partial(run, loaded, plan=plan) for m, plan in methods.items()}
     result = paired(runs, prompts, args.max_tokens, args.rounds, ("walked", "counted"))
-    extra = {
-        "plans": {m: p.to_dict() for m, p in chosen.items()},
-        "decoders": result["decoders"],
-        "median_walked_over_counted": result["median_ratio"],
-        "identical_to_ar": result["identical_to_ar"],
-    }
-    write(args, prompts, extra, provenance())
+    shown = {m: p.to_dict() for m, p in chosen.items()}
+    report(args, prompts, result, "walked_over_counted", plans=shown)
 
 
 if __name__ == "__main__":
