@@ -63,6 +63,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", default=None, help="write the report (schema: bench/report.py)")
     p.add_argument("--markdown", default=None, help="write the tables as markdown")
     p.add_argument("--plot", default=None, help="write speedup and tau per category (PNG)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing --json / --markdown / --plot files",
+    )
     p.set_defaults(run=run)
 
 
@@ -81,6 +86,7 @@ def _write(path: str, text: str) -> None:
 
 
 def run(args) -> int:
+    from specstream_mlx import SpecstreamError
     from specstream_mlx.bench.methods import METHODS
     from specstream_mlx.bench.report import markdown, plot
     from specstream_mlx.bench.run import BenchConfig, run_bench
@@ -92,6 +98,8 @@ def run(args) -> int:
         methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     for path, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot")):
         output_file(path, flag)  # before the run: a finished measurement is never lost
+        if path is not None and Path(path).exists() and not args.overwrite:
+            raise SpecstreamError(f"{flag} {path} exists (pass --overwrite to replace it)")
     config = BenchConfig(
         suite=args.suite,
         data=args.data,

@@ -50,6 +50,8 @@ def run(args) -> int:
 
     from specstream_mlx import SpecstreamError
 
+    from .args import output_folder
+
     source = Path(args.source)
     if not source.exists():  # a shipped adapter's name ("chat", "sql", ...)
         from specstream_mlx.streams.adapter_io import resolve_adapter
@@ -58,8 +60,7 @@ def run(args) -> int:
     src = af.read_folder(source)
     if Path(args.target).resolve() == source.resolve():
         raise SpecstreamError("--to must differ from --from")
-    if Path(args.target).exists() and not args.overwrite:
-        raise SpecstreamError(f"output folder exists: {args.target} (pass --overwrite)")
+    output_folder(args.target, "--to", args.overwrite)
     cfg = src.stream_config
     if src.kind == "torch":
         out, origin = af.torch_to_mlx(src)

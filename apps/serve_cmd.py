@@ -84,6 +84,9 @@ def run(args) -> int:
         loaded = ss.load(args.model, precision=args.precision)
         manager = AdapterManager(loaded, max_resident=args.max_resident, keep_fused=args.keep_fused)
         for name, folder in extra.items():
+            if name in manager.names():
+                print(f"specstream serve: {name!r} serves {folder}, not the shipped adapter of "
+                      "that name", file=sys.stderr)  # fmt: skip
             manager.register(name, folder)
         measure_device(loaded)
     except BaseException:
@@ -116,14 +119,7 @@ def measure_device(loaded) -> None:
     might give up first."""
     from specstream_mlx.calibration import latency_curve
 
-    if latency_curve(loaded, measure=False) is None and not sys.stderr.isatty():
-        print(  # on a terminal latency_curve says so itself
-            f"specstream serve: measuring this device once for {loaded.name} before serving "
-            "(`specstream calibrate` does it ahead)",
-            file=sys.stderr,
-            flush=True,
-        )
-    latency_curve(loaded)
+    latency_curve(loaded)  # says on stderr that it measures
 
 
 def allowed_hosts(args) -> frozenset[str]:

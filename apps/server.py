@@ -3,8 +3,9 @@
 One base model stays loaded; each request may name an adapter (`"adapter"` in the body, or an
 adapter's name as `"model"`) and the AdapterManager puts it on for that request only. Requests
 queue for one worker thread that owns the model, so generations never interleave; a client that
-disconnects (or a stream that is dropped) cancels its generation at the next decided token and
-frees the worker. Errors are OpenAI-shaped: {"error": {"message", "type", "param", "code"}}.
+disconnects (or a stream that is dropped) cancels its generation at the next decided token (or
+the next chunk of its prompt's prefill) and frees the worker. Errors are OpenAI-shaped:
+{"error": {"message", "type", "param", "code"}}.
 
 Besides OpenAI's fields a response carries "speculative": the decoder, forward passes, tokens per
 pass (tau) and decoding speed. Greedy (temperature 0) is the default; every decoder is lossless
@@ -211,6 +212,7 @@ class Worker:
                 max_tokens=job.max_tokens,
                 sampling=job.sampling,
                 decoder=job.decoder,
+                stop=job.cancelled.is_set,  # a client gone during a long prompt's prefill
             )
             try:
                 self.tokens = 0
@@ -360,17 +362,27 @@ async def read_body(request: Request, model: type[BaseModel], limits: Limits):
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the body is not valid JSON: {exc}", "invalid_request_error") from None
+    except RecursionError:
+        raise ApiError(
+            400, "the body is not valid JSON here: nested too deeply", "invalid_request_error"
+        ) from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object", "invalid_request_error")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"])
+        param = ".".join(str(p) for p in first["loc"] if not _branch(p))
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise ApiError(
             422, f"{param}: {first['msg']}{more}", "invalid_request_error", param
         ) from None
+
+
+def _branch(part) -> bool:
+    """Whether a pydantic error location part names a branch of a union or a validator
+    ("str", "list[TextPart]", "function-after[_valid_text(), str]"), not a field or index."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
 
 
 def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limits) -> Job:
@@ -440,7 +452,8 @@ async def respond(request: Request, job: Job, body: _Common, kind: str, worker: 
 
 async def cancel_on_disconnect(request: Request, job: Job) -> None:
     """Cancel `job` when its client leaves: the body has been read, so the next message the
-    server sends the app is the disconnect. The worker stops at the next decided token."""
+    server sends the app is the disconnect. The worker stops at the next decided token, or
+    before the next chunk of the prompt's prefill."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
     job.cancelled.set()

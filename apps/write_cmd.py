@@ -65,7 +65,7 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--max-tokens", type=positive_int, default=256, help="default: 256")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, late_text="text")  # TEXT after the options too (apps/cli.py)
 
 
 def run(args) -> int:

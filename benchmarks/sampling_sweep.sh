@@ -4,12 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in 0 0.7 1.0; do
-  ./dev.sh specstream bench --suite chat --data "${SPECSTREAM_DATA:-../shared/data}" --limit 16 --max-tokens 64 \
+  ./dev.sh specstream bench --overwrite --suite chat --data "${SPECSTREAM_DATA:-../shared/data}" --limit 16 --max-tokens 64 \
     --methods ar,ss,ss+pld --temp $t --json docs/results/sampling_chat_t$t.json \
     --markdown docs/results/sampling_chat_t$t.md
 done
 for t in 0 0.7 1.0; do
-  ./dev.sh specstream bench --suite sql --data "${SPECSTREAM_DATA:-../shared/data}"/sql/dev.jsonl --limit 20 --max-tokens 64 \
+  ./dev.sh specstream bench --overwrite --suite sql --data "${SPECSTREAM_DATA:-../shared/data}"/sql/dev.jsonl --limit 20 --max-tokens 64 \
     --methods ar,ss,ss+pld --temp $t --json docs/results/sampling_sql_t$t.json \
     --markdown docs/results/sampling_sql_t$t.md
 done

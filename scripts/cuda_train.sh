@@ -14,7 +14,7 @@
 #
 # then score them as their CPU-trained peers (docs/BENCHMARKS.md): acceptance with
 # `specstream calibrate --adapter ../runs/gpu/sql --measure-acceptance --data ...`, quality with
-# `specstream bench --suite sql --adapter ../runs/gpu/sql --methods ar ...`.
+# `specstream bench --overwrite --suite sql --adapter ../runs/gpu/sql --methods ar ...`.
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with
 # LoRA in every block, the trainer then running one pass per sequence (launch-bound: ~137k aten

@@ -104,7 +104,7 @@ qwen_calibrate() {  # Qwen's latency curve measured again in $QC; its curve file
 side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then every decoder and
     # mlx-lm on the chat suite and the sql dev set (10 prompts x 96 tokens), into
     # $R/calibration_NAME.json and $R/bench_NAME_{chat,sql}.{json,md}
-    local section=$1 name=$2 b=(./dev.sh specstream bench --limit 10 --max-tokens 96)
+    local section=$1 name=$2 b=(./dev.sh specstream bench --overwrite --limit 10 --max-tokens 96)
     local methods=ar,ss,pld,ss+pld,mlx-lm
     step "$section" into $R/calibration_$name.json ./dev.sh specstream calibrate --force --json
     step "$section" "${b[@]}" --suite chat --data "$D" --methods $methods \
@@ -118,7 +118,7 @@ writing_tools() {  # writing_tools SECTION TAG: the three writing tools on their
     local section=$1 tag=$2 suite t p a
     for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
         read -r t p a <<< "$suite"
-        step "$section" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+        step "$section" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
             --json $R/bench_${t}_$tag.json --markdown $R/bench_${t}_$tag.md
     done
@@ -130,7 +130,7 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
     local section=$1 day=$2
     step "$section" into $R/calibration_qwen_sql_intel_$day.json env SPECSTREAM_CACHE="$QC" \
         ./dev.sh specstream calibrate --model "$QWEN" --adapter sql --force --json
-    step "$section" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" \
+    step "$section" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" \
         --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_intel_$day.json \
         --markdown $R/bench_qwen_sql_intel_$day.md
@@ -161,7 +161,7 @@ steps() {
     step "$S" ./dev.sh python benchmarks/chain_alone.py --adapter summarize --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 10 --max-tokens 96 \
         --json $R/chain_alone_dialogsum_amd_1205.json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite sql \
         --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_chain_alone_amd_1205.json \
         --markdown $R/bench_qwen_sql_chain_alone_amd_1205.md
@@ -169,7 +169,7 @@ steps() {
     # == Qwen's chat with every decoder (issue 19) ==
     # the shipped Qwen `chat` with every decoder on 16 chat prompts (about 20 min)
     S="Qwen's chat with every decoder"
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite chat \
         --data "$D" --limit 16 --max-tokens 64 --adapter chat --methods ar,ss,pld,ss+pld,mlx-lm \
         --json $R/bench_qwen_chat_all_amd_1205.json --markdown $R/bench_qwen_chat_all_amd_1205.md
 
@@ -179,7 +179,7 @@ steps() {
     S="sql's next-token baseline with LoRA in every block"
     step "$S" ensure runs/baselines/sql_next_token_all env LORA_LAYERS=0 \
         BASELINE_OUT=runs/baselines/sql_next_token_all scripts/make_task_adapter.sh sql --baseline-only
-    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
         --methods ar,lora --lora runs/baselines/sql_next_token_all --limit 40 --max-tokens 64 \
         --json $R/quality_sql_next_token_every_block.json \
         --markdown $R/quality_sql_next_token_every_block.md
@@ -196,7 +196,7 @@ steps() {
     step "$S" into $R/acceptance_qwen_sql_parent_items40_87.json env SPECSTREAM_CACHE="$QC" \
         ./dev.sh specstream calibrate --model "$QWEN" --adapter runs/acc_qwen_sql \
         --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite sql \
         --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_parent_amd_1205.json \
         --markdown $R/bench_qwen_sql_parent_amd_1205.md
@@ -211,7 +211,7 @@ steps() {
     step "$S" into $R/acceptance_summarize_own_parent_items40_75.json ./dev.sh specstream \
         calibrate --adapter runs/acc_summarize --measure-acceptance --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
-    step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
         --json $R/bench_dialogsum_own_parent_amd_1205.json \
         --markdown $R/bench_dialogsum_own_parent_amd_1205.md
@@ -234,7 +234,7 @@ steps() {
         step "$S" into $R/calibration_${a}_parent_vocab_amd_1205.json ./dev.sh specstream \
             calibrate --adapter runs/acc_$a --measure-acceptance --suite "$t" --data "$D/$p" \
             --limit 48 --max-tokens 96 --json
-        step "$S" ./dev.sh specstream bench --suite "$t" --data "$D/$p" --limit 10 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
             --json $R/bench_${t}_parent_vocab_amd_1205.json \
             --markdown $R/bench_${t}_parent_vocab_amd_1205.md
@@ -312,10 +312,10 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     step "$S" into $R/acceptance_summarize_own2_items40_75.json ./dev.sh specstream calibrate \
         --adapter runs/own_summarize --measure-acceptance --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
-    step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --adapter summarize --methods ar --limit 40 --max-tokens 64 \
         --json $R/quality_dialogsum_summarize_own2.json
-    step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
         --json $R/bench_dialogsum_summarize_own2.json --markdown $R/bench_dialogsum_summarize_own2.md
 
@@ -325,7 +325,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     step "$S" into $R/calibration_v7_intel_1201.json ./dev.sh specstream calibrate --force --json
     for t in "chat $D chat" "sql $D/sql/dev.jsonl sql"; do
         read -r p B AB <<< "$t"
-        step "$S" ./dev.sh specstream bench --suite "$p" --data "$B" --limit 10 --max-tokens 96 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$p" --data "$B" --limit 10 --max-tokens 96 \
             --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$AB" --json $R/bench_${p}_v7_intel_1201.json \
             --markdown $R/bench_${p}_v7_intel_1201.md
     done
@@ -336,7 +336,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     S="The shipped chat on the same instance"
     step "$S" into $R/calibration_fresh_curve_intel_1201.json ./dev.sh specstream calibrate \
         --force --json
-    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 10 --max-tokens 96 \
+    step "$S" ./dev.sh specstream bench --overwrite --suite chat --data "$D" --limit 10 --max-tokens 96 \
         --methods ar,ss,pld,ss+pld,mlx-lm --adapter chat --json $R/bench_chat_intel_1201.json \
         --markdown $R/bench_chat_intel_1201.md
     step "$S" ./dev.sh python benchmarks/msa_depth.py --json $R/msa_depth_intel_1201.json
@@ -348,7 +348,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # the shipped chat side by side with mlx-lm on the chat suite (about 6 min); its training
     # and scoring are not redone (below)
     S="The chat mix on both shards"
-    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 10 --max-tokens 96 \
+    step "$S" ./dev.sh specstream bench --overwrite --suite chat --data "$D" --limit 10 --max-tokens 96 \
         --methods ar,ss,pld,ss+pld,mlx-lm --adapter chat --json $R/bench_chat_chatmix2700.json \
         --markdown $R/bench_chat_chatmix2700.md
 
@@ -360,7 +360,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     for spec in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" \
         "dialogsum dialogsum/dev.jsonl summarize"; do
         read -r ws wf wa <<<"$spec"
-        step "$S" ./dev.sh specstream bench --suite "$ws" --data "$D/$wf" --limit 10 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$ws" --data "$D/$wf" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$wa" \
             --json $R/bench_${ws}_intel_1129.json --markdown $R/bench_${ws}_intel_1129.md
     done
@@ -384,7 +384,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     for spec in "sql sql/dev.jsonl" "e2e e2e/dev.csv" "dialogsum dialogsum/dev.jsonl" \
         "sql_2 sql/dev.jsonl" "e2e_2 e2e/dev.csv"; do  # twice: ratios to mlx-lm swing
         read -r fs ff <<<"$spec"
-        step "$S" ./dev.sh specstream bench --suite "${fs%_2}" --data "$D/$ff" --limit 10 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "${fs%_2}" --data "$D/$ff" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_fresh_curve_$fs.json \
             --markdown $R/bench_fresh_curve_$fs.md
     done
@@ -403,7 +403,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
             --json $R/grafted_lookup_$gs.json
     done
     for t in "" _2; do  # twice: the ratios against mlx-lm swing with the machine's speed
-        step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_grafted_sql$t.json \
             --markdown $R/bench_grafted_sql$t.md
     done
@@ -426,12 +426,12 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         step "$S" ./dev.sh python benchmarks/walked_trees.py --adapter "runs/walk_$wa" \
             --suite "$ws" --data "$D/$wf" --limit 10 --max-tokens 96 --json $R/walked_trees_$ws.json
     done
-    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 10 \
         --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_walked_sql.json \
         --markdown $R/bench_walked_sql.md
     for spec in "e2e e2e/dev.csv" "dialogsum dialogsum/dev.jsonl"; do
         read -r ws wf <<<"$spec"
-        step "$S" ./dev.sh specstream bench --suite "$ws" --data "$D/$wf" --limit 10 \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$ws" --data "$D/$wf" --limit 10 \
             --max-tokens 96 --methods ar,ss,mlx-lm --json $R/bench_walked_$ws.json \
             --markdown $R/bench_walked_$ws.md
     done
@@ -456,7 +456,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         --max-tokens 96
     step "$S" into $R/calibration_qwen_sql.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
         calibrate --model "$QWEN" --adapter sql --json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite sql \
         --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_adapter.json \
         --markdown $R/bench_qwen_sql_adapter.md
@@ -466,12 +466,12 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # min) and Qwen (its curve first, in $QC: about 4 min, then about 5 min). The rows "whole
     # chains" of the section are the code before the gate (commit b84eb70), not rerun here.
     S="Prompt lookup gated by the latency curve (issues 19 and 18)"
-    step "$S" ./dev.sh specstream bench --suite chat --data "$D" --limit 16 --max-tokens 64 \
+    step "$S" ./dev.sh specstream bench --overwrite --suite chat --data "$D" --limit 16 --max-tokens 64 \
         --methods ar,pld --json $R/bench_gate_smol_chat.json
-    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
         --methods ar,pld,ss+pld --limit 10 --max-tokens 96 --json $R/bench_gate_smol_sql.json
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN"
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite chat \
         --data "$D" --limit 16 --max-tokens 64 --methods ar,pld --json $R/bench_gate_qwen_chat.json
 
     # == The data2text writing tool retrained on 3,000 examples (issue 20) ==
@@ -487,14 +487,14 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         step "$S" bash -c "rm -rf runs/acc_$a && mkdir -p runs && cp -r specstream_mlx/adapters/$a runs/acc_$a"
         step "$S" ./dev.sh specstream calibrate --adapter "runs/acc_$a" --measure-acceptance \
             --suite "$suite" --data "$D/$f" --limit 12 --max-tokens 96
-        step "$S" ./dev.sh specstream bench --suite "$suite" --data "$D/$f" --adapter "runs/acc_$a" \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$suite" --data "$D/$f" --adapter "runs/acc_$a" \
             --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
             --json $R/bench_${suite}_acceptance_per_position.json
-        step "$S" ./dev.sh specstream bench --suite "$suite" --data "$D/$f" --adapter "$a" \
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$suite" --data "$D/$f" --adapter "$a" \
             --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
             --json $R/bench_${suite}_acceptance_per_pass.json
     done
-    step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --adapter summarize --methods ar --limit 40 --max-tokens 64 \
         --json $R/quality_dialogsum_shipped.json
     # the top-8 summarize run (runs/sum_v2, about 2.2 h of training here) is not retrained by
@@ -502,10 +502,10 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     if [ -d runs/sum_v2 ]; then
         step "$S" ./dev.sh specstream calibrate --adapter runs/sum_v2 --measure-acceptance \
             --suite dialogsum --data "$D/dialogsum/dev.jsonl" --limit 12 --max-tokens 96
-        step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
             --adapter runs/sum_v2 --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
             --json $R/bench_dialogsum_top8.json --markdown $R/bench_dialogsum_top8.md
-        step "$S" ./dev.sh specstream bench --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
             --adapter runs/sum_v2 --methods ar --limit 40 --max-tokens 64 \
             --json $R/quality_dialogsum_top8.json
     fi
@@ -513,10 +513,10 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     S="The data2text writing tool retrained on 3,000 examples (issue 20)"
     step "$S" ./dev.sh specstream calibrate --adapter data2text --measure-acceptance --suite e2e \
         --data "$D/e2e/dev.csv" --limit 12 --max-tokens 96
-    step "$S" ./dev.sh specstream bench --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
+    step "$S" ./dev.sh specstream bench --overwrite --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
         --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
         --json $R/bench_e2e_3000.json --markdown $R/bench_e2e_3000.md
-    step "$S" ./dev.sh specstream bench --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
+    step "$S" ./dev.sh specstream bench --overwrite --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
         --methods ar,mlx-lm --limit 40 --max-tokens 64 --json $R/quality_e2e_3000_shipped.json
 
     # == The sql writing tool retrained on 3,000 examples (issues 20 and 18) ==
@@ -527,7 +527,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     step "$S" ./dev.sh specstream calibrate --force --adapter sql
     step "$S" ./dev.sh specstream calibrate --adapter sql --measure-acceptance --suite sql \
         --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96
-    step "$S" ./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
         --json $R/bench_sql_3000.json --markdown $R/bench_sql_3000.md
 
@@ -557,10 +557,10 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         --adapter chat --measure-acceptance --data "$D" --limit 12 --max-tokens 96
     step "$S" into $R/calibration_qwen_chat.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
         calibrate --model "$QWEN" --adapter chat --json
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite chat \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite chat \
         --data "$D" --limit 16 --max-tokens 64 --methods ar,ss,pld,ss+pld,mlx-lm \
         --json $R/bench_qwen_chat.json --markdown $R/bench_qwen_chat.md
-    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --model "$QWEN" --suite sql \
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite sql \
         --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter chat \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql.json --markdown $R/bench_qwen_sql.md
 
@@ -579,7 +579,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # ### Decoders against plain decoding and mlx-lm (calibration about 1 min; benches unknown)
     S="One decoding loop: decoders against plain decoding and mlx-lm (issue 18)"
     side_by_side "$S" loop
-    B=(./dev.sh specstream bench --limit 10 --max-tokens 96)
+    B=(./dev.sh specstream bench --overwrite --limit 10 --max-tokens 96)
     step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" --methods ar,ss,mlx-lm \
         --json $R/bench_loop_dialogsum.json --markdown $R/bench_loop_dialogsum.md
     step "$S" "${B[@]}" --suite e2e --data "$D/e2e/dev.csv" --methods ar,ss,mlx-lm \
@@ -607,7 +607,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     step "$S" ./dev.sh specstream calibrate --adapter sql
     # ### Tuned decoders against plain decoding and mlx-lm
     S="Hardware tuning: tuned decoders (issue 9)"
-    B=(./dev.sh specstream bench --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96)
+    B=(./dev.sh specstream bench --overwrite --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96)
     step "$S" "${B[@]}" --suite chat --data "$D" --json $R/tuned_chat.json --markdown $R/tuned_chat.md
     step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --json $R/tuned_dialogsum.json --markdown $R/tuned_dialogsum.md
@@ -617,7 +617,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         --json $R/tuned_sql.json --markdown $R/tuned_sql.md
     # ### Precision (the shape of the paper's Table 4)
     S="Hardware tuning: precision (issue 9)"
-    B=(./dev.sh specstream bench --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss --tree adapter
+    B=(./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --methods ar,ss --tree adapter
         --limit 4 --max-tokens 48)
     step "$S" "${B[@]}" --precision float32 --json $R/precision_sql_float32.json \
         --markdown $R/precision_sql_float32.md
@@ -629,7 +629,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # == Sampling with the speculative decoders (issue 8) ==
     # benchmarks/sampling_sweep.sh's commands one by one (about 30 minutes in all)
     S="Sampling with the speculative decoders (issue 8)"
-    B=(./dev.sh specstream bench --max-tokens 64 --methods ar,ss,ss+pld)
+    B=(./dev.sh specstream bench --overwrite --max-tokens 64 --methods ar,ss,ss+pld)
     for t in 0 0.7 1.0; do
         step "$S" "${B[@]}" --suite chat --data "$D" --limit 16 --temp $t \
             --json $R/sampling_chat_t$t.json --markdown $R/sampling_chat_t$t.md
@@ -653,12 +653,12 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # the comparators' folders first when missing (each about an hour; data2text's 760 s), then
     # one bench per suite (unknown), then the generated tables (scripts/bench_tables.py, given
     # these four reports: with no arguments it would also take in bench_loop_*.json)
-    S="Side by side: specstream bench (issue 5)"
+    S="Side by side: specstream bench --overwrite (issue 5)"
     step "$S" ensure runs/summarize_next_token scripts/make_task_adapter.sh summarize --baseline-only
     step "$S" ensure runs/data2text_next_token scripts/make_task_adapter.sh data2text --baseline-only
     step "$S" ensure runs/sql_next_token scripts/make_task_adapter.sh sql --baseline-only
     step "$S" ensure runs/medusa_sql scripts/make_medusa.sh sql
-    B=(./dev.sh specstream bench --max-tokens 64)
+    B=(./dev.sh specstream bench --overwrite --max-tokens 64)
     step "$S" "${B[@]}" --suite chat --data "$D" --limit 16 --methods ar,ss,pld,ss+pld,mlx-lm \
         --adapter chat --json $R/bench_chat.json --plot $R/bench_chat.png
     step "$S" "${B[@]}" --suite dialogsum --data "$D/dialogsum/dev.jsonl" --limit 20 \

@@ -523,13 +523,12 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
     if curve is None:
         if not measure:
             return None
-        if sys.stderr.isatty():  # silent minutes would look like a hang
-            print(
-                f"specstream: measuring this device once for {loaded.name} (minutes on a CPU; "
-                "`specstream calibrate` does it ahead)",
-                file=sys.stderr,
-                flush=True,
-            )
+        print(  # silent minutes would look like a hang, in a pipe too
+            f"specstream: measuring this device once for {loaded.name} (minutes on a CPU; "
+            "`specstream calibrate` does it ahead)",
+            file=sys.stderr,
+            flush=True,
+        )
         curve = measure_curve(loaded)
         try:
             cache_curve(loaded, curve)

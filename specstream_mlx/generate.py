@@ -117,7 +117,9 @@ def stream_generate(
     streams' tree with the lookup's chains grafted on; sampled: the lookup's chain when the
     context has a match, the streams' draft otherwise); tree "auto" (the tree
     calibrated for this device when the streams carry acceptance statistics) or "adapter";
-    compile (None: as calibrated); kv_bits; draft_override (a test hook). Every decoder gives
+    compile (None: as calibrated); kv_bits; draft_override (a test hook); stop (asked before
+    each chunk of the prompt's prefill: True ends the generation there, with no chunk yielded;
+    a server's client that left). Every decoder gives
     plain decoding's tokens (greedy) or distribution (sampling). `stats.decoder` says which
     decoder ran: a lossless "ss" whose best tree here is empty decodes plainly.
     """

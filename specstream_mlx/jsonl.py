@@ -24,7 +24,7 @@ def read_rows(path: str | Path, convert: Callable[[object], T], what: str = "dat
     path = Path(path)
     if not path.is_file():
         raise SpecstreamError(f"data file not found: {path}")
-    rows, problems = [], []
+    rows, problems, not_json = [], [], 0
     with open(path, "rb") as f:  # decoded line by line: a binary line is one more problem
         for number, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -35,10 +35,17 @@ def read_rows(path: str | Path, convert: Callable[[object], T], what: str = "dat
                 problems.append(f"line {number}: not UTF-8 text")
             except json.JSONDecodeError as exc:
                 problems.append(f"line {number}: invalid JSON ({exc.msg})")
+                not_json += 1
             except BadRow as exc:
                 problems.append(f"line {number}: {exc}")
-            except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
+            except KeyError as exc:  # a field the row lacks
+                problems.append(f"line {number}: no field {exc}")
+            except (ValueError, TypeError, AttributeError, SpecstreamError) as exc:
                 problems.append(f"line {number}: {type(exc).__name__} {exc}")
+    if problems and not_json == len(problems) and not rows:
+        raise SpecstreamError(
+            f"{path} is not a JSON Lines file for {what} (one JSON object a line): {problems[0]}"
+        )
     if problems:
         more = f"; ... {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
         raise SpecstreamError(f"malformed {what} in {path}: {'; '.join(problems[:SHOWN])}{more}")

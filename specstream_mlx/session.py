@@ -4,6 +4,7 @@ decoding.loop.Decoder, and reported as what actually runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import mlx.core as mx
@@ -56,6 +57,7 @@ class Options:
     kv_bits: int | None = None
     drafter: Drafter | None = None  # drafts from elsewhere (Medusa heads) for "pld"
     draft_override: DraftOverride | None = None  # test hook: the streams' proposals
+    stop: Callable[[], bool] | None = None  # asked while prefilling: True ends the generation
 
     def validate(self) -> Options:
         if self.tree not in TREE_CHOICES:
@@ -103,7 +105,7 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
         passes_for(loaded, arch, streams, compiled) if supported and opts.drafter is None else None
     )
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
-    dec.override = opts.draft_override
+    dec.override, dec.stop = opts.draft_override, opts.stop
     if drafter is None and row.lookup:
         dec, tree = _with_lookup(loaded, dec, tree, sampling)
     return Resolved(dec, ran, tree)

@@ -148,10 +148,14 @@ def test_suite_readers_and_bad_input(tmp_path):
         read_suite("specbench", tmp_path / "missing.jsonl")
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"question_id": 1, "turns": ["hi"]}\n{"question_id": 2}\nnot json\n')
-    with pytest.raises(ss.SpecstreamError, match="line 2: KeyError.*line 3"):
+    with pytest.raises(ss.SpecstreamError, match="line 2: no field 'turns'.*line 3"):
         read_suite("specbench", bad)
     with pytest.raises(ss.SpecstreamError, match="limit must be >= 1"):
         read_suite("specbench", bad, limit=0)
+    csv = tmp_path / "dev.csv"
+    csv.write_text("mr,ref\nname[A],A is a pub.\nname[B],B is a cafe.\n")
+    with pytest.raises(ss.SpecstreamError, match="is not a JSON Lines file .*: line 1: invalid"):
+        read_suite("sql", csv)
     ok = tmp_path / "ok.jsonl"
     ok.write_text('{"question_id": 7, "turns": ["a", "b"]}\n')
     (q,) = read_suite("mtbench", ok)
@@ -166,8 +170,11 @@ def test_chat_suite_is_the_held_out_mix(data):
     }  # fmt: skip
 
 
-def test_cli_bad_input_is_one_clear_line(tiny_folders, questions, tmp_path):
+def test_cli_bad_input_is_one_clear_line(tiny_folders, tiny_adapter, questions, tmp_path):
     model = ("--model", str(tiny_folders["llama"]))
+    args = ("--suite", "mtbench", "--data", str(questions), "--limit", "1", *model)
+    proc = specstream("bench", *args, "--methods", "ar,lora", "--lora", str(tiny_adapter))
+    assert_clean_error(proc, "is a stream adapter, not a next-token LoRA")
     assert_clean_error(
         specstream("bench", "--suite", "humaneval", "--data", str(questions)), "invalid choice"
     )
@@ -236,3 +243,15 @@ def test_cli_writes_json_markdown_and_plot(tiny_folders, tiny_adapter, questions
     assert [m["name"] for m in report["methods"]] == ["ar", "ss"]
     assert (tmp_path / "r.md").read_text() in proc.stdout
     assert (tmp_path / "r.png").stat().st_size > 0
+    # a report already there is kept unless --overwrite: refused before the run starts
+    again = (
+        "bench", "--suite", "specbench", "--data", str(questions), "--limit", "1",
+        "--max-tokens", "5", "--methods", "ar", "--model", str(tiny_folders["llama"]),
+        "--json", f"{out}.json", "--markdown", f"{out}.md",
+    )  # fmt: skip
+    before = (tmp_path / "r.json").read_bytes()
+    assert_clean_error(specstream(*again), f"--json {out}.json exists", "--overwrite")
+    assert (tmp_path / "r.json").read_bytes() == before
+    proc = specstream(*again, "--overwrite")
+    assert proc.returncode == 0, proc.stderr
+    assert [m["name"] for m in json.loads((tmp_path / "r.json").read_text())["methods"]] == ["ar"]

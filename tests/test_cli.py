@@ -155,6 +155,26 @@ def test_invalid_flags(flags, fragment, tiny_folders):
     assert_clean_error(proc, fragment)
 
 
+def test_closed_stdin_reads_as_empty(tiny_folders):
+    """`<&-`: no traceback (sys.stdin is None then) and no file taking descriptor 0."""
+    model = ["--model", str(tiny_folders["llama"])]
+    closed = dict(capture_output=True, text=True, timeout=600, preexec_fn=lambda: os.close(0))
+    cli = [sys.executable, "-m", "specstream_apps.cli"]
+    proc = subprocess.run([*cli, "generate", *model, "--prompt", "-"], **closed)
+    assert_clean_error(proc, "prompt is empty")
+    proc = subprocess.run([*cli, "write", "summarize", "--max-tokens", "4"], **closed)
+    assert_clean_error(proc, "the input is empty")
+    proc = subprocess.run([*cli, "chat", *model, "--decoder", "ar", "--max-tokens", "2"], **closed)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_write_takes_its_text_after_the_options():
+    proc = specstream("write", "sql", "--max-tokens", "4", "how many users?")
+    assert_clean_error(proc, "sql needs --context")  # the text was taken; the tables are missing
+    proc = specstream("write", "sql", "one", "--max-tokens", "4", "two")
+    assert_clean_error(proc, "unrecognized arguments for write: two")
+
+
 def test_generate_ss_json_with_adapter(tmp_path, tiny_folders):
     import specstream_mlx as ss
     from specstream_mlx.streams.adapter_io import save_adapter

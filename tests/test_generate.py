@@ -26,6 +26,28 @@ def test_max_tokens_cuts_exactly(tiny):
         assert result.stats.forward_passes == n
 
 
+@pytest.mark.parametrize("decoder", ["ar", "ss"])
+def test_stop_ends_a_generation_between_prefill_chunks(tiny, decoder, monkeypatch):
+    """`stop` is asked before each chunk of the prompt's prefill (a server's client may leave
+    during minutes of it); True ends the generation there with nothing yielded, and a stop
+    that never fires changes nothing."""
+    from specstream_mlx.decoding import loop
+
+    monkeypatch.setattr(loop, "PREFILL_CHUNK", 4)
+    prompt = list(range(20, 39))  # 18 tokens prefilled: chunks at 0, 4, 8, 12, 16
+    asked = []
+
+    def stop():
+        asked.append(len(asked))
+        return len(asked) == 3
+
+    options = dict(max_tokens=5, decoder=decoder, tree="adapter")
+    assert list(ss.stream_generate(tiny, prompt, stop=stop, **options)) == []
+    assert len(asked) == 3  # before the first, second and third chunks
+    never = ss.generate(tiny, prompt, stop=lambda: False, **options)
+    assert never.token_ids == greedy_continuation(tiny, prompt, 5)
+
+
 def test_eos_stops_and_is_not_output(tiny):
     prompt = encode_prompt(tiny, "abc")
     expected = greedy_continuation(tiny, prompt, 6)

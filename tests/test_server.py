@@ -172,6 +172,10 @@ def test_text_completions_plain_and_streamed(client):
         ("/v1/chat/completions", None, b'{"messages": [{"role": "user", "content": "hi"}], '
          b'"temperature": NaN}', KEY, 422, "temperature: Input should be a finite number"),
         ("/v1/nothing", {}, None, KEY, 404, "no route"),
+        ("/v1/chat/completions", None, b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}", KEY,
+         400, "nested too deeply"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, None, KEY, 422,
+         "messages.0.content: Input should be a valid string"),
     ],
 )  # fmt: skip
 def test_bad_requests_get_openai_errors_and_the_server_goes_on(

@@ -390,6 +390,8 @@ def test_adapter_with_wrong_shapes_lists_every_problem(tiny_models, tmp_path):
         (dict(draft_vocab=(7, 3, 5)), "draft_vocab must be at least top_k (3) increasing"),
         (dict(draft_vocab=(1, 2)), "draft_vocab must be at least top_k (3) increasing"),
         (dict(draft_vocab=(-1, 2, 3)), "draft_vocab must be at least top_k (3) increasing"),
+        (dict(gamma="four", lora_scale=None), "gamma must be a whole number, got 'four'; lora_"),
+        (dict(top_k=2.0), "top_k must be a whole number, got 2.0"),
     ],
 )
 def test_bad_stream_config(tiny_models, config, fragment):

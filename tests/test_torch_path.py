@@ -656,6 +656,9 @@ def test_convert_carries_acceptance_and_card_both_ways(pairs, tmp_path, capsys):
     assert run_convert(tmp_path / "torch", tmp_path / "refused", *model) == 2
     assert "counts 3 streams; the adapter has 2" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
+    (tmp_path / "a_file").write_text("x")
+    assert run_convert(folder, tmp_path / "a_file" / "out", *model) == 2
+    assert f"{tmp_path / 'a_file'} is not a folder" in capsys.readouterr().err
 
 
 def run_convert(source, target, *extra):

@@ -200,6 +200,11 @@ def make_methods(
             from .. import load
 
             tuned = load(base.name, adapter=lora, precision=base.precision)
+            if tuned.streams is not None:  # it would decode as its own streams' model
+                raise SpecstreamError(
+                    f"--lora {lora} is a stream adapter, not a next-token LoRA (specstream train "
+                    "--mode next-token): bench it with --adapter"
+                )
             methods.append(Method(name, tuned, lora))
         else:  # ar and pld decode the adapter's model when it is a shared one
             methods.append(Method(name, loaded, loaded.adapter if shared else None))

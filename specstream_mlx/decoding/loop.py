@@ -23,7 +23,7 @@ onto settles on the device, one it grafts onto on the host (`Grafting`).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -63,6 +63,7 @@ class Decoder:
     probe: list | None = None  # acceptance statistics (decoding.host.Drafting.probe)
     chain_streams: bool = True  # a pass verifying the drafter's chain runs the streams too
     graft: Grafter | None = None  # greedy: grows the streams' tree (prompt lookup's chains)
+    stop: Callable[[], bool] | None = None  # asked between prefill chunks: True ends it there
 
     @property
     def n_streams(self) -> int:
@@ -121,6 +122,8 @@ def decode(
     """Yield the tokens each forward pass decides until `max_tokens` are decided."""
     sampling = sampling or SamplingParams()
     state = prefilled(dec, prompt_ids)
+    if state is None:  # stopped while prefilling: no pass
+        return
     if not on_device(dec, state, sampling):
         run = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
     elif dec.graft is not None:
@@ -155,18 +158,23 @@ def make_cache(model: nn.Module, kv_bits: int | None = None) -> list:
     return cache
 
 
-def prefilled(dec: Decoder, prompt_ids: list[int]) -> State:
-    """Caches holding every prompt token but the last, which is the first pass's root."""
+def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
+    """Caches holding every prompt token but the last, which is the first pass's root; None
+    where `dec.stop` says to stop before one of its chunks (a long prompt's prefill takes
+    minutes on a CPU: a server's client may have left)."""
     caches = make_cache(dec.model, dec.kv_bits)
     prefix = prompt_ids[:-1]
     cfg = dec.streams.config if dec.streams is not None else None
-    if cfg is not None and cfg.mode == "shared" and cfg.prompt_streams:
-        prefill_with_streams(dec.arch, dec.streams, prefix, caches, PREFILL_CHUNK)
-    else:
-        tokens = mx.array(prefix)
-        for start in range(0, len(prefix), PREFILL_CHUNK):
-            dec.model(tokens[None, start : start + PREFILL_CHUNK], cache=caches)
-            mx.eval([c.state for c in caches])
+    with_streams = cfg is not None and cfg.mode == "shared" and cfg.prompt_streams
+    for start in range(0, len(prefix), PREFILL_CHUNK):
+        if dec.stop is not None and dec.stop():
+            return None
+        piece = prefix[start : start + PREFILL_CHUNK]
+        if with_streams:
+            prefill_with_streams(dec.arch, dec.streams, piece, caches)
+        else:
+            dec.model(mx.array(piece)[None], cache=caches)
+        mx.eval([c.state for c in caches])
     return State(caches, list(prompt_ids), prompt_ids[-1])
 
 

@@ -280,20 +280,15 @@ def tree_forward(
     return TreeOutput(survivors, main_logits, stream_hidden)
 
 
-def prefill_with_streams(
-    arch: Arch, params: StreamParams, tokens: list[int], caches: list, chunk: int
-) -> None:
+def prefill_with_streams(arch: Arch, params: StreamParams, piece: list[int], caches: list) -> None:
     """Shared mode with prompt_streams: a token's main stream attends to its own streams in the
-    MSA layers, so the prompt's tokens run with their streams too (as a chain, `chunk` tokens
-    per pass)."""
+    MSA layers, so the prompt's tokens run with their streams too: `piece` as a chain, in one
+    pass (lazily: the caller evaluates the caches)."""
     n_low = len(arch.layers) - params.config.n_msa_layers
-    for start in range(0, len(tokens), chunk):
-        piece = tokens[start : start + chunk]
-        chain = Tree(piece, list(range(-1, len(piece) - 1)), list(range(len(piece))))
-        prefix = caches[0].offset
-        h = _lower_layers(arch, n_low, chain, caches, prefix)
-        depths = mx.array(chain.depths)
-        shared = params.config.mode == "shared"
-        rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, shared)
-        msa_layers(arch, params, h, rows, caches)
-        mx.eval([c.state for c in caches])
+    chain = Tree(piece, list(range(-1, len(piece) - 1)), list(range(len(piece))))
+    prefix = caches[0].offset
+    h = _lower_layers(arch, n_low, chain, caches, prefix)
+    depths = mx.array(chain.depths)
+    shared = params.config.mode == "shared"
+    rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, shared)
+    msa_layers(arch, params, h, rows, caches)

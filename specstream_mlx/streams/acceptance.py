@@ -182,6 +182,8 @@ class Acceptance:
 
     @classmethod
     def from_dict(cls, data: dict) -> Acceptance:
+        if not isinstance(data, dict):
+            raise SpecstreamError("bad acceptance statistics: not a JSON object")
         try:
             counts = {
                 tuple(int(r) for r in k.split(".")): int(v) for k, v in data["counts"].items()

@@ -65,6 +65,7 @@ class StreamConfig:
 
     def validate(self, n_layers: int | None = None) -> StreamConfig:
         """Raise one SpecstreamError listing every out-of-range field."""
+        _check_types(self)
         problems = []
         if not 1 <= self.gamma <= 16:
             problems.append(f"gamma must be in [1, 16], got {self.gamma}")
@@ -130,6 +131,27 @@ class StreamConfig:
             if isinstance(out.get(name), list):
                 out[name] = tuple(out[name])
         return cls(**out)
+
+
+_WHOLE = ("gamma", "n_msa_layers", "top_k", "max_tree_nodes", "stream_adapter_rank", "prune_rank",
+          "lora_rank", "parent_rank")  # fmt: skip
+_REAL = ("prune_threshold", "lora_scale")
+
+
+def _check_types(cfg: StreamConfig) -> None:
+    """Numbers where numbers belong (a config file may say "four"), before any comparison."""
+    problems = [
+        f"{name} must be a whole number, got {getattr(cfg, name)!r}"
+        for name in _WHOLE
+        if type(getattr(cfg, name)) is not int
+    ]
+    problems += [
+        f"{name} must be a number, got {getattr(cfg, name)!r}"
+        for name in _REAL
+        if type(getattr(cfg, name)) not in (int, float)
+    ]
+    if problems:
+        raise SpecstreamError("bad stream config: " + "; ".join(problems))
 
 
 def _blocks_problems(blocks, n_layers: int | None) -> list[str]:
