@@ -109,7 +109,7 @@ def run(args) -> int:
         raise ss.SpecstreamError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
     finally:
         sock.close()
-        app.state.worker.stop()
+        app.state.worker.stop(wait=30.0)  # a request still running stops at its next token
     return 0
 
 

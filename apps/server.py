@@ -183,10 +183,22 @@ class Worker:
             self.pending += 1
         self.jobs.put(job)
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """No more jobs after those queued; `wait` seconds for the thread to end (an MLX thread
+        still alive when the interpreter exits can abort it: the server's Ctrl-C)."""
         self.jobs.put(None)
+        if wait:
+            self.thread.join(wait)
 
     def _run(self) -> None:
+        import mlx.core as mx
+
+        try:
+            self._serve_jobs()
+        finally:  # MLX's streams of this thread, destroyed before it ends: else the process
+            mx.clear_streams()  # aborts at exit ("terminate called without an active exception")
+
+    def _serve_jobs(self) -> None:
         while (job := self.jobs.get()) is not None:
             self.running = True
             try:

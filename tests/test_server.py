@@ -296,6 +296,10 @@ def first_models(proc, port: int) -> httpx.Response:
 
 
 def test_the_serve_command_serves_and_stops(manager):  # its fixture measured the device
+    """...and Ctrl-C stops it cleanly after a request has run on its worker thread (MLX aborts
+    the process at exit when that thread ends with its streams alive)."""
+    import signal
+
     port = free_port()
     proc = serve(port, "--no-keep-fused")
     try:
@@ -305,10 +309,17 @@ def test_the_serve_command_serves_and_stops(manager):  # its fixture measured th
         assert [m["id"] for m in response.json()["data"]][1:] == [
             "chat", "data2text", "sql", "summarize",
         ]  # fmt: skip
+        body = {"model": "sql", "prompt": "SELECT", "max_tokens": 3}
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=300,
+                            headers={"Authorization": f"Bearer {KEY}"})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert "on http://127.0.0.1:" in proc.stderr.read()
+    err = proc.stderr.read()
+    assert "on http://127.0.0.1:" in err and "terminate called" not in err
 
 
 def test_serve_measures_the_device_before_it_listens(tiny_folders, tmp_path):
