@@ -26,7 +26,7 @@ def test_max_tokens_cuts_exactly(tiny):
         assert result.stats.forward_passes == n
 
 
-@pytest.mark.parametrize("decoder", ["ar", "ss"])
+@pytest.mark.parametrize("decoder", ["ar", "pld"])
 def test_stop_ends_a_generation_between_prefill_chunks(tiny, decoder, monkeypatch):
     """`stop` is asked before each chunk of the prompt's prefill (a server's client may leave
     during minutes of it); True ends the generation there with nothing yielded, and a stop
@@ -41,7 +41,7 @@ def test_stop_ends_a_generation_between_prefill_chunks(tiny, decoder, monkeypatc
         asked.append(len(asked))
         return len(asked) == 3
 
-    options = dict(max_tokens=5, decoder=decoder, tree="adapter")
+    options = dict(max_tokens=5, decoder=decoder)
     assert list(ss.stream_generate(tiny, prompt, stop=stop, **options)) == []
     assert len(asked) == 3  # before the first, second and third chunks
     never = ss.generate(tiny, prompt, stop=lambda: False, **options)

@@ -755,7 +755,7 @@ def test_convert_bad_folders(tmp_path, capsys):
     assert "neither a PyTorch adapter folder" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
     assert run_convert(SHIPPED_DIR / "chat", tmp_path / "file", "--overwrite", "--no-check") == 2
-    assert "not a folder" in capsys.readouterr().err
+    assert "is a file: give a folder" in capsys.readouterr().err
     assert (tmp_path / "file").read_text() == "x"
     broken = tmp_path / "broken"
     shutil.copytree(SHIPPED_DIR / "chat", broken)

@@ -244,7 +244,7 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     try:
         stream_config = StreamConfig.from_dict(config["stream_config"])
         stream_config.validate()  # types and ranges; the layer count after the fingerprint
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
         raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
     _check_base(folder, config, loaded)
     stream_config.validate(loaded.config["num_hidden_layers"])
