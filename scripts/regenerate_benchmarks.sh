@@ -141,6 +141,17 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == Issue 18's and 19's tables on an Intel instance (issues 18 and 19) ==
+    # Qwen's curve and sql table (qwen_sql), its chat table (about 20 min), SmolLM2's curve
+    # measured afresh and the three writing tools (writing_tools): about 55 min
+    S="Issue 18's and 19's tables on an Intel instance"
+    qwen_sql "$S" 1205
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite chat \
+        --data "$D" --limit 16 --max-tokens 64 --adapter chat --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_qwen_chat_intel_1205.json --markdown $R/bench_qwen_chat_intel_1205.md
+    step "$S" into $R/calibration_sql_intel_1205.json ./dev.sh specstream calibrate --adapter sql --force --json
+    writing_tools "$S" intel_1205
+
     # == `ss+pld` verifies the lookup's chain alone where that pays (issues 18 and 19) ==
     # ss+pld choosing against ss+pld always keeping the streams' tree, paired with pld, ss and
     # ar: Qwen's sql (about 10 min), SmolLM2's sql (once, then two rounds), data2text and
