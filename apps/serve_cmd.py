@@ -105,6 +105,8 @@ def run(args) -> int:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down on Ctrl-C, then raises the signal it caught
+        pass
     except (OSError, SystemExit) as exc:  # uvicorn exits when its start-up fails
         raise ss.SpecstreamError(f"cannot serve on {args.host}:{args.port}: {exc}") from None
     finally:

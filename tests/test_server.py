@@ -274,10 +274,14 @@ def serve(port: int, *args: str, env: dict | None = None):
     import subprocess
     import sys
 
+    import signal
+
     env = {**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port), *args],
         stderr=subprocess.PIPE, text=True, env=env,
+        # Ctrl-C as a terminal delivers it, also when pytest runs where SIGINT is ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
 
