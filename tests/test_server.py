@@ -271,10 +271,9 @@ def test_concurrent_requests_mixing_adapters_match_each_alone(client):
 
 def serve(port: int, *args: str, env: dict | None = None):
     """`specstream serve` on `port` in a process of its own, with KEY as its API key."""
+    import signal
     import subprocess
     import sys
-
-    import signal
 
     env = {**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})}
     return subprocess.Popen(
