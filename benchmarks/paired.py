@@ -62,9 +62,11 @@ def _row(t: list) -> dict:
     }
 
 
-def arguments(doc: str) -> argparse.Namespace:
-    """The options every paired benchmark takes."""
+def arguments(doc: str, *more: tuple[str, str]) -> argparse.Namespace:
+    """The options every paired benchmark takes, and `more` required ones: (flag, help)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for flag, help in more:
+        parser.add_argument(flag, required=True, help=help)
     parser.add_argument("--adapter", required=True)
     parser.add_argument("--suite", required=True)
     parser.add_argument("--data", required=True)
