@@ -141,6 +141,23 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == What Qwen's sql draft vocabulary leaves out (issue 19) ==
+    # the probe (plain decoding and three vocabularies, about 15 min), then the shipped adapter
+    # and the probe's rows vocabulary benchmarked (about 12 min each)
+    S="What Qwen's sql draft vocabulary leaves out"
+    step "$S" env SPECSTREAM_CACHE="$QC" PYTHONPATH=benchmarks ./dev.sh python \
+        benchmarks/draft_vocab_probe.py --model "$QWEN" --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --rows "$D/sql/train.jsonl" \
+        --out runs/vocab --json $R/draft_vocab_qwen_sql_1206.json
+    for vocab in shipped rows; do
+        adapter=sql
+        [ $vocab = rows ] && adapter=runs/vocab/rows
+        step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" \
+            --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter $adapter \
+            --methods ar,ss,ss+pld --json $R/bench_qwen_sql_vocab_${vocab}_1206.json \
+            --markdown $R/bench_qwen_sql_vocab_${vocab}_1206.md
+    done
+
     # == Issue 18's and 19's tables on an Intel instance (issues 18 and 19) ==
     # Qwen's curve and sql table (qwen_sql), its chat table (about 20 min), SmolLM2's curve
     # measured afresh and the three writing tools (writing_tools): about 55 min
