@@ -231,7 +231,9 @@ class Worker:
                 for chunk in chunks:
                     self.tokens = chunk.stats.generated_tokens
                     job.send(chunk)
-                    if job.cancelled.is_set() and chunk.finish_reason is None:
+                    if chunk.finish_reason == "cancelled" or (
+                        job.cancelled.is_set() and chunk.finish_reason is None
+                    ):  # left during the prefill, or after a token
                         self.cancelled += 1
                         break
             finally:

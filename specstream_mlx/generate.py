@@ -72,7 +72,9 @@ class GenerationChunk:
     text: str
     token_ids: list[int]
     stats: GenerationStats
-    finish_reason: str | None = None  # "stop" (EOS) | "length" (max tokens or context) | None
+    # "stop" (EOS) | "length" (max tokens or context) | "cancelled" (`stop` said so while the
+    # prompt was prefilled: no token) | None
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -118,8 +120,8 @@ def stream_generate(
     context has a match, the streams' draft otherwise); tree "auto" (the tree
     calibrated for this device when the streams carry acceptance statistics) or "adapter";
     compile (None: as calibrated); kv_bits; draft_override (a test hook); stop (asked before
-    each chunk of the prompt's prefill: True ends the generation there, with no chunk yielded;
-    a server's client that left). Every decoder gives
+    each chunk of the prompt's prefill: True ends the generation there, with one chunk of no
+    tokens, finish reason "cancelled"; a server's client that left). Every decoder gives
     plain decoding's tokens (greedy) or distribution (sampling). `stats.decoder` says which
     decoder ran: a lossless "ss" whose best tree here is empty decodes plainly.
     """
@@ -153,6 +155,8 @@ def stream_generate(
         if finish is not None:
             steps.close()
             return
+    stats.wall_seconds = time.perf_counter() - start  # stopped while prefilling: no pass ran
+    yield GenerationChunk("", [], stats, "cancelled")
 
 
 def _cut(tokens: list[int], eos: set[int], room: int) -> tuple[list[int], str | None]:
@@ -214,14 +218,14 @@ def generate(
     **options,
 ) -> GenerationResult:
     """Run `stream_generate` to the end and return the whole text, token ids and statistics."""
-    pieces, tokens, finish, stats = [], [], "length", GenerationStats()
+    pieces, tokens, finish, stats = [], [], None, GenerationStats()
     for chunk in stream_generate(
         loaded, prompt, max_tokens=max_tokens, sampling=sampling, chat=chat, **options
     ):
         pieces.append(chunk.text)
         tokens.extend(chunk.token_ids)
         stats = chunk.stats
-        finish = chunk.finish_reason or finish
+        finish = chunk.finish_reason
     shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
     return GenerationResult(
         text="".join(pieces),

@@ -29,8 +29,8 @@ def test_max_tokens_cuts_exactly(tiny):
 @pytest.mark.parametrize("decoder", ["ar", "pld"])
 def test_stop_ends_a_generation_between_prefill_chunks(tiny, decoder, monkeypatch):
     """`stop` is asked before each chunk of the prompt's prefill (a server's client may leave
-    during minutes of it); True ends the generation there with nothing yielded, and a stop
-    that never fires changes nothing."""
+    during minutes of it); True ends the generation there with one chunk of no tokens, finish
+    reason "cancelled", and a stop that never fires changes nothing."""
     from specstream_mlx.decoding import loop
 
     monkeypatch.setattr(loop, "PREFILL_CHUNK", 4)
@@ -42,8 +42,13 @@ def test_stop_ends_a_generation_between_prefill_chunks(tiny, decoder, monkeypatc
         return len(asked) == 3
 
     options = dict(max_tokens=5, decoder=decoder)
-    assert list(ss.stream_generate(tiny, prompt, stop=stop, **options)) == []
+    (chunk,) = ss.stream_generate(tiny, prompt, stop=stop, **options)
+    assert (chunk.text, chunk.token_ids, chunk.finish_reason) == ("", [], "cancelled")
+    assert chunk.stats.forward_passes == 0 and chunk.stats.generated_tokens == 0
     assert len(asked) == 3  # before the first, second and third chunks
+    asked.clear()
+    stopped = ss.generate(tiny, prompt, stop=stop, **options)
+    assert (stopped.token_ids, stopped.finish_reason) == ([], "cancelled")
     never = ss.generate(tiny, prompt, stop=lambda: False, **options)
     assert never.token_ids == greedy_continuation(tiny, prompt, 5)
 

@@ -358,6 +358,42 @@ def test_a_taken_port_is_one_line_before_the_model_loads(tmp_path):
     assert_clean_error(proc, f"cannot serve on 127.0.0.1:{port}", "in use")
 
 
+def test_a_client_that_leaves_during_the_prefill_is_counted(manager, monkeypatch):
+    """The worker asks before each chunk of a prompt's prefill whether the client left; a
+    generation it stops there ends with a "cancelled" chunk of no tokens and counts as
+    cancelled (`/health`), like one stopped after a token."""
+    from specstream_apps.server import Job, Worker
+
+    from specstream_mlx.decoding import loop
+
+    class LeavesAtTheThirdQuestion(threading.Event):  # the worker's, then two prefill chunks'
+        asked = 0
+
+        def is_set(self):
+            self.asked += 1
+            return self.asked >= 3
+
+    class Recorded(Job):
+        def send(self, item):
+            sent.append(item)
+
+    monkeypatch.setattr(loop, "PREFILL_CHUNK", 4)
+    sent, worker = [], Worker(manager, Limits())
+    job = Recorded(None, list(range(100, 120)), 8, ss.SamplingParams(), "ar", None)
+    job.cancelled = LeavesAtTheThirdQuestion()
+    try:
+        worker.submit(job)
+        deadline = time.time() + 60
+        while sent[-1:] != [None]:
+            assert time.time() < deadline, sent
+            time.sleep(0.05)
+    finally:
+        worker.stop(wait=10)
+    (chunk, end) = sent
+    assert (chunk.token_ids, chunk.finish_reason, end) == ([], "cancelled", None)
+    assert (worker.cancelled, worker.tokens, job.cancelled.asked) == (1, 0, 3)
+
+
 def test_a_client_that_leaves_a_plain_request_frees_the_worker(server, client):
     """Not streamed: the client gives up waiting (a timeout) and the generation stops, not run to
     its 1500 tokens."""
