@@ -42,3 +42,24 @@ def test_plain_greedy_equals_uncached_argmax(tiny):
         ids.append(mx.argmax(tiny.model(mx.array(ids)[None])[0, -1]).item())
     assert ids[len(prompt) :] == result.token_ids
     assert 1 <= len(result.token_ids) <= 10
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # its own head; tied to the embedding
+@pytest.mark.parametrize("bits", [None, 4])
+def test_head_columns_are_the_heads_weights_of_those_tokens(family, bits):
+    """A draft vocabulary's head (decoding.tree_step.DraftVocab) reads the head's weights of
+    its tokens off their rows; they give the same logits as the whole head, quantized or not."""
+    import mlx.nn as nn
+
+    from specstream_mlx.models.arch import arch_of
+
+    from .tiny import make_tiny_model
+
+    model, config = make_tiny_model(family, seed=3)
+    if bits:
+        nn.quantize(model, group_size=32, bits=bits)
+    arch = arch_of(model, config["model_type"])
+    ids = mx.array([5, 0, 200, 17, config["vocab_size"] - 1], dtype=mx.uint32)
+    x = mx.random.normal((3, config["hidden_size"]), key=mx.random.key(1))
+    whole = arch.lm_head(x)[:, ids]
+    assert mx.allclose(x @ arch.head_columns(ids), whole, atol=1e-4, rtol=1e-4).item()
