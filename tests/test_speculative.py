@@ -352,6 +352,58 @@ def test_draft_vocabulary_restricts_the_streams_to_its_tokens(tiny_models):
             assert mx.allclose(got[:, 1, inside], second[:, inside], atol=1e-4)
 
 
+def test_a_generation_drafts_from_its_prompts_tokens_too(tiny_models, monkeypatch):
+    """A generation's streams draft from their adapter's draft vocabulary and the prompt's own
+    tokens (the last PROMPT_SLOTS new ones), always as many ids (one compiled trace), with the
+    whole head's logits on them; every pass drafts over it, settled on the device or the host."""
+    loaded = tiny_models["qwen2"]
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    vocab = draft_vocab(loaded, 5)
+    params = streams_for(loaded, 2, gamma=3, n_msa_layers=2, draft_vocab=vocab)
+    own = tree_step.DraftVocab.of(arch, params)
+    prompt = [t for t in range(loaded.config["vocab_size"]) if t not in vocab][:40] + [vocab[0]]
+    monkeypatch.setattr(tree_step, "PROMPT_SLOTS", 32)
+    wide = own.with_prompt(arch, prompt)
+    new = prompt[-33:-1]  # the last 32 new ones; the first 8 do not fit
+    assert wide.ids.shape == (len(vocab) + 32,) and wide.columns.shape[1] == len(vocab) + 32
+    assert set(wide.ids.tolist()) == set(vocab) | set(new)
+    x = mx.random.normal((2, loaded.config["hidden_size"]), key=mx.random.key(4))
+    got, whole = wide.logits(x), arch.lm_head(x)
+    inside = mx.array(sorted(set(vocab) | set(new)))
+    assert mx.allclose(got[:, inside], whole[:, inside], atol=1e-4).item()
+    outside = np.setdiff1d(np.arange(loaded.config["vocab_size"]), np.array(inside))
+    assert np.isneginf(np.array(got[:, mx.array(outside)])).all()
+    short = own.with_prompt(arch, prompt[:3])  # fewer new tokens: padded to the same size
+    assert short.ids.shape == wide.ids.shape
+    assert set(short.ids.tolist()) == set(vocab) | set(prompt[:3])
+
+    # every pass drafts over it: eager passes compute the streams' logits over these ids; a
+    # compiled pass of a static tree settled on the device takes them as an input
+    from specstream_mlx.decoding.passes import Passes
+
+    drafted_over, logits, step = [], tree_step.DraftVocab.logits, Passes.step
+    record = lambda ids: drafted_over.append(set(np.array(ids).tolist()))  # noqa: E731
+    static = params.with_config(top_k=1, max_tree_nodes=3, tree=((0,), (0, 0)))
+    for streams, decoder, compiled in (
+        (params, "ss", False),  # a tree pruning may cut: passes settled on the host
+        (static, "ss", False),  # a static tree: on the device, eager
+        (static, "ss+pld", False),  # on the host where the lookup grafts, else on the device
+        (static, "ss", True),  # on the device, compiled
+    ):
+        drafted_over.clear()
+        with monkeypatch.context() as patch:
+            if compiled:
+                patch.setattr(Passes, "step", lambda self, shape, state, *a: (
+                    record(state.vocab.ids) or step(self, shape, state, *a)))  # fmt: skip
+            else:
+                patch.setattr(tree_step.DraftVocab, "logits", lambda self, x: (
+                    record(self.ids) or logits(self, x)))  # fmt: skip
+            spec = ss.generate(loaded, prompt, max_tokens=12, decoder=decoder, streams=streams,
+                               tree="adapter", compile=compiled, chat=False)  # fmt: skip
+        assert spec.token_ids == ss.generate(loaded, prompt, max_tokens=12).token_ids
+        assert drafted_over and all(ids >= set(new) for ids in drafted_over), decoder
+
+
 def test_adapter_for_another_base_is_refused(tiny_models, tmp_path):
     qwen2 = tiny_models["qwen2"]
     folder = save_adapter(tmp_path / "a", streams_for(qwen2, 0, n_msa_layers=2), qwen2)

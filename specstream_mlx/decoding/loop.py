@@ -40,7 +40,7 @@ from .passes import Kept, Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
 from .tree import Tree
-from .tree_step import TreeOutput, one_head_pass, prefill_with_streams, tree_forward
+from .tree_step import DraftVocab, TreeOutput, one_head_pass, prefill_with_streams, tree_forward
 
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
 KV_GROUP_SIZE = 32  # for quantized KV caches; must divide the head dimension
@@ -114,6 +114,7 @@ class State:
     bound: int = 0
     level: mx.array | None = None  # gated trees: the bin of stream 1's confidence at the root
     kept: Kept | None = None  # the last pass's accepted rows, not yet in the caches' buffers
+    vocab: DraftVocab | None = None  # what the streams draft from: their adapter's and the prompt's
 
 
 def decode(
@@ -125,7 +126,7 @@ def decode(
     if state is None:  # stopped while prefilling: no pass
         return
     if not on_device(dec, state, sampling):
-        run = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
+        run = HostRun(MlxForward(dec, state), dec.drafting(), state.history, sampling)
     elif dec.graft is not None:
         run = Grafting(dec, state, sampling)
     else:
@@ -175,7 +176,16 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
         else:
             dec.model(mx.array(piece)[None], cache=caches)
         mx.eval([c.state for c in caches])
-    return State(caches, list(prompt_ids), prompt_ids[-1])
+    return State(caches, list(prompt_ids), prompt_ids[-1], vocab=draft_vocab(dec, prompt_ids))
+
+
+def draft_vocab(dec: Decoder, prompt_ids: list[int]) -> DraftVocab | None:
+    """The vocabulary the streams draft from in this generation: their adapter's draft
+    vocabulary and the prompt's tokens (None: the whole head)."""
+    if dec.streams is None or dec.arch is None:
+        return None
+    vocab = DraftVocab.of(dec.arch, dec.streams)
+    return None if vocab is None else vocab.with_prompt(dec.arch, prompt_ids)
 
 
 @dataclass
@@ -260,7 +270,7 @@ class Grafting:
         self.state, self.graft, self.gates = state, dec.graft, dec.policy.gates
         self.device = OnDevice(dec, state, sampling)
         self.root_alone = self.device.first  # the device's pass when nothing is drafted yet
-        self.host = HostRun(MlxForward(dec, state.caches), dec.drafting(), state.history, sampling)
+        self.host = HostRun(MlxForward(dec, state), dec.drafting(), state.history, sampling)
         self.on_host = False
 
     def issue(self):
@@ -315,8 +325,8 @@ class MlxForward:
     be cut, the eager tree step otherwise (pruning), the model alone for a family the tree
     passes do not know."""
 
-    def __init__(self, dec: Decoder, caches: list):
-        self.dec, self.caches = dec, caches
+    def __init__(self, dec: Decoder, state: State):
+        self.dec, self.caches, self.vocab = dec, state.caches, state.vocab
         n_layers = len(dec.model.layers)
         self.n_low = n_layers if dec.streams is None else n_layers - dec.streams.config.n_msa_layers
 
@@ -339,7 +349,7 @@ class MlxForward:
             out = tree_forward(dec.arch, None, tree, caches)
         else:
             out = tree_forward(dec.arch, dec.streams, tree, caches, g, drafts, prune)
-        return MlxVerified(out, dec.arch, dec.streams)
+        return MlxVerified(out, dec.arch, dec.streams, self.vocab)
 
     def _streams(self, drafts: bool) -> int:
         """Streams each node runs in this pass: none where nothing is drafted from them and
@@ -368,8 +378,9 @@ class MlxForward:
 class MlxVerified:
     """decoding.host's Verified on MLX: a TreeOutput read back on demand."""
 
-    def __init__(self, out: TreeOutput, arch: Arch, params: StreamParams | None):
+    def __init__(self, out: TreeOutput, arch: Arch, params: StreamParams | None, vocab):
         self.out, self.arch, self.params, self.survivors = out, arch, params, out.survivors
+        self.vocab = vocab  # the streams' draft vocabulary (tree_step.DraftVocab) or None
         self._top: mx.array | None = None  # (M, g, k) every survivor's stream proposals
 
     def greedy(self, k: int) -> list[int]:
@@ -387,15 +398,16 @@ class MlxVerified:
     def stream_top(self, m: int, k: int) -> list[list[int]]:
         if self._top is not None:
             return self._top[m].tolist()
-        return top_k_ids(self.out.streams_of(self.arch, self.params, m), k).tolist()
+        return top_k_ids(self._streams(m), k).tolist()
 
     def stream_probs(self, m: int, depth: int, sampling: SamplingParams) -> np.ndarray:
-        return np.array(
-            probabilities(self.out.streams_of(self.arch, self.params, m)[:depth], sampling)
-        )
+        return np.array(probabilities(self._streams(m)[:depth], sampling))
 
     def stream_confidence(self, m: int) -> float:
-        return confidence(self.out.streams_of(self.arch, self.params, m)[0]).item()
+        return confidence(self._streams(m)[0]).item()
+
+    def _streams(self, m: int) -> mx.array:
+        return self.out.streams_of(self.arch, self.params, m, self.vocab)
 
     def hidden(self, m: int):
         return None if self.out.main_hidden is None else self.out.main_hidden[m]

@@ -208,12 +208,15 @@ class Passes:
         # MLX does not bound-check slice updates: the buffers must hold this pass's rows and
         # the kept ones (written at the last offset, at most the bound)
         cap = reserve(state.caches, state.bound + max(len(shape.tree), held))
-        key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, held, cap)
+        vocab = state.vocab  # the streams draft over it (None: the whole head)
+        k_vocab = None if vocab is None else vocab.ids.shape[0]
+        key = ("step", len(shape.tree), shape.depth, n_streams, draft, gated, k_vocab, held, cap)
         fn = self._fn(
             key, lambda: self._step_fn(len(shape.tree), shape.depth, n_streams, draft, gated)
         )
         inputs = [state.root, state.drafts, state.offset, shape.arrays, shape.static]
         inputs += [gates] if gated else []
+        inputs += [[vocab.ids, vocab.columns] if vocab is not None else []]
         inputs += [kept.at, kept.rows]
         tokens, count, state.root, state.drafts, at, *rest = fn(*inputs, *_states(state.caches))
         if gated:
@@ -286,7 +289,8 @@ class Passes:
 
         def run(root, drafts, offset, shape, static, *rest):
             gates, rest = (rest[0], rest[1:]) if gated else (None, rest)
-            kept_at, kept_rows, *states = rest
+            vocab, kept_at, kept_rows, *states = rest
+            vocab = DraftVocab(*vocab, params.draft.size) if vocab else None
             gather, parents, paths = static
             tokens = mx.concatenate([root.reshape(1), drafts.reshape(-1)[gather]])  # (N,)
             states = Kept(kept_rows, kept_at).write(states)
@@ -311,7 +315,7 @@ class Passes:
                     at_best = together[best]  # (depth, V)
                 else:  # the streams read the accepted node's own next token
                     hidden = streams[best, :draft_depth][None]
-                    at_best = stream_logits(arch, params, hidden, greedy[best][None])[0]
+                    at_best = stream_logits(arch, params, hidden, greedy[best][None], vocab)[0]
                 drafts = top_k_ids(at_best, k)  # (depth, k)
             moved = [out, count, greedy[best], drafts, offset + count]
             if gated:

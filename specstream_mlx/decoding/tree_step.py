@@ -20,6 +20,8 @@ from .tree import prune as prune_tree
 # are read once (the pass is memory-bound on a CPU), instead of once for the main stream and
 # once more for the accepted node's streams after verification.
 ONE_HEAD_PASS_ROWS = 64
+# Prompt tokens a generation adds to an adapter's draft vocabulary (DraftVocab.with_prompt).
+PROMPT_SLOTS = 256
 
 
 def one_head_pass(params: StreamParams | None, rows: int) -> bool:
@@ -60,6 +62,24 @@ class DraftVocab:
             params.draft = cls(ids, columns, size)
         return params.draft
 
+    def with_prompt(self, arch: Arch, prompt_ids: list[int]) -> DraftVocab:
+        """This vocabulary and the prompt's own tokens (a column name, a value: text an answer
+        copies, which the streams can then draft), up to PROMPT_SLOTS of them (the last
+        ones), padded to exactly PROMPT_SLOTS more ids (repeating one: its logit lands in one
+        place), so that every prompt gives the same shape and the compiled passes one trace."""
+        known = set(np.array(self.ids).tolist())
+        extra = []
+        for token in reversed(prompt_ids):
+            if token not in known and 0 <= token < self.size and len(extra) < PROMPT_SLOTS:
+                known.add(token)
+                extra.append(token)
+        extra += [int(self.ids[-1].item())] * (PROMPT_SLOTS - len(extra))
+        added = mx.array(extra, dtype=mx.uint32)
+        ids = mx.concatenate([self.ids, added])
+        columns = mx.concatenate([self.columns, arch.head_columns(added)], axis=1)
+        mx.eval(ids, columns)
+        return DraftVocab(ids, columns, self.size)
+
     def logits(self, x: mx.array) -> mx.array:
         """(..., d) normed hidden -> (..., V) logits: the head's over the vocabulary, -inf
         elsewhere (never drafted; softmax gives them probability 0)."""
@@ -69,8 +89,8 @@ class DraftVocab:
         return out
 
 
-def _draft_head(arch: Arch, params: StreamParams, x: mx.array) -> mx.array:
-    vocab = DraftVocab.of(arch, params)
+def _draft_head(arch: Arch, params: StreamParams, x: mx.array, vocab: DraftVocab | None):
+    vocab = vocab or DraftVocab.of(arch, params)
     return arch.lm_head(x) if vocab is None else vocab.logits(x)
 
 
@@ -82,25 +102,36 @@ class TreeOutput:
     stream_logits: mx.array | None = None  # (M, drafted, V) from the same head pass, when it was
     main_hidden: mx.array | None = None  # (M, d) normed last hidden (verify_forward: drafters')
 
-    def streams_of(self, arch: Arch, params: StreamParams, m: int) -> mx.array:
-        """Survivor m's stream logits: (drafted, V) from the head pass, else (gamma, V)."""
+    def streams_of(
+        self, arch: Arch, params: StreamParams, m: int, vocab: DraftVocab | None = None
+    ) -> mx.array:
+        """Survivor m's stream logits: (drafted, V) from the head pass, else (gamma, V) over
+        `vocab` (default the streams' own draft vocabulary)."""
         if self.stream_logits is not None:
             return self.stream_logits[m]
         root = mx.argmax(self.main_logits[m : m + 1], axis=-1)
-        return stream_logits(arch, params, self.stream_hidden[m : m + 1], root)[0]
+        return stream_logits(arch, params, self.stream_hidden[m : m + 1], root, vocab)[0]
 
 
-def stream_logits(arch: Arch, params: StreamParams, hidden: mx.array, parents: mx.array):
-    """(M, g, d) streams' last hidden states -> (M, g, V) logits. With parent heads
-    (`parent_rank`) stream j reads the token before its target: `parents` (M,), the main
-    stream's greedy token at each node (stream 1's), then stream j - 1's best token, one
-    stream after the other (the chain of the tree's first children). Training feeds each
-    stream its true parent instead (training.forward)."""
+def stream_logits(
+    arch: Arch,
+    params: StreamParams,
+    hidden: mx.array,
+    parents: mx.array,
+    vocab: DraftVocab | None = None,
+):
+    """(M, g, d) streams' last hidden states -> (M, g, V) logits, -inf outside `vocab`
+    (default the streams' own draft vocabulary, if any). With parent heads (`parent_rank`)
+    stream j reads the token before its target: `parents` (M,), the main stream's greedy
+    token at each node (stream 1's), then stream j - 1's best token, one stream after the
+    other (the chain of the tree's first children). Training feeds each stream its true
+    parent instead (training.forward)."""
     if not params.config.parent_rank:
-        return _draft_head(arch, params, arch.norm(hidden))
+        return _draft_head(arch, params, arch.norm(hidden), vocab)
     out = []
     for j, head in enumerate(params.parent_heads[: hidden.shape[1]]):
-        out.append(_draft_head(arch, params, arch.norm(head(hidden[:, j], arch.embed(parents)))))
+        x = arch.norm(head(hidden[:, j], arch.embed(parents)))
+        out.append(_draft_head(arch, params, x, vocab))
         parents = mx.argmax(out[-1], axis=-1)
     return mx.stack(out, axis=1)
 
