@@ -1,5 +1,5 @@
 """The streams drafting from their adapter's draft vocabulary and the prompt's own tokens (as
-generations run now: `decoding.tree_step.DraftVocab.with_prompt`, "+prompt") against the
+generations run now: `decoding.policy.prompt_tokens`, "+prompt") against the
 adapter's vocabulary alone ("own vocab", PROMPT_SLOTS patched to 0), for `ss` and `ss+pld`,
 paired on the same prompts in one process with plain decoding (`ar`), interleaved prompt by
 prompt (issue 19).
@@ -20,12 +20,12 @@ from functools import partial
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
-from specstream_mlx.decoding import tree_step  # noqa: E402
+from specstream_mlx.decoding import policy  # noqa: E402
 
 # isort: on
 from paired import arguments, paired, report, suite_prompts  # noqa: E402
 
-SLOTS = tree_step.PROMPT_SLOTS
+SLOTS = policy.PROMPT_SLOTS
 METHODS = {  # name -> (decoder, prompt slots)
     "ar": ("ar", SLOTS),
     "ss +prompt": ("ss", SLOTS),
@@ -36,11 +36,11 @@ METHODS = {  # name -> (decoder, prompt slots)
 
 
 def run(loaded, prompt: list[int], max_tokens: int, method: str):
-    decoder, tree_step.PROMPT_SLOTS = METHODS[method]
+    decoder, policy.PROMPT_SLOTS = METHODS[method]
     try:
         return ss.generate(loaded, prompt, max_tokens=max_tokens, decoder=decoder)
     finally:
-        tree_step.PROMPT_SLOTS = SLOTS
+        policy.PROMPT_SLOTS = SLOTS
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from specstream_mlx.decoding.host import Drafting, HostRun, drive
 from specstream_mlx.decoding.lookup import LookupConfig, lookup_drafter
-from specstream_mlx.decoding.policy import TreePolicy
+from specstream_mlx.decoding.policy import TreePolicy, prompt_tokens
 from specstream_mlx.decoding.step import Step
 from specstream_mlx.decoding.tree import Tree, msa_mask, prune
 from specstream_mlx.sampling_params import SamplingParams
@@ -241,10 +241,12 @@ def tree_forward(
     caches: list[LayerCache],
     n_streams: int | None = None,
     cut: TreePolicy | None = None,
+    vocab: list[int] | None = None,
 ):
     """Verify `tree` and run the first `n_streams` streams of its survivors; `cut` (a tree
     policy: threshold and node cap; None: never) prunes the tree with the early-exit head
-    first. Returns (survivors, main logits (M, V), stream logits (M, g, V))."""
+    first. Returns (survivors, main logits (M, V), stream logits (M, g, V)), the streams'
+    over `vocab` (default their adapter's draft vocabulary, if any)."""
     cfg = streams.config
     prefix = caches[0].offset
     n_low = len(view.layers) - cfg.n_msa_layers
@@ -265,32 +267,32 @@ def tree_forward(
     depths = view.tensor(tree.depths)[kept]
     x = msa_layers(view, streams, h[:, kept], depths, anc, caches, prefix, gamma)
     if (cfg.parent_rank or cfg.draft_vocab is not None) and gamma:  # tree_step.stream_logits
-        main = view.head(x[0, :m])
-        return survivors, main, stream_logits(view, streams, x[0, m:].reshape(m, gamma, -1), main)
+        main, hidden = view.head(x[0, :m]), x[0, m:].reshape(m, gamma, -1)
+        return survivors, main, stream_logits(view, streams, hidden, main, vocab)
     logits = view.head(x[0])  # (M (1 + g), V): one head pass for main and stream rows
     return survivors, logits[:m], logits[m:].reshape(m, gamma, -1)
 
 
-def stream_logits(view: View, streams: TorchStreams, hidden: torch.Tensor, main: torch.Tensor):
-    """(M, g, d) -> (M, g, V), over the draft vocabulary when the adapter has one; with parent
-    heads stream 1 reads the main stream's greedy token at each node, stream j stream j - 1's
-    best token, one stream after the other."""
+def stream_logits(view: View, streams: TorchStreams, hidden, main, vocab=None):
+    """(M, g, d) -> (M, g, V), over `vocab` (default the adapter's draft vocabulary, if any);
+    with parent heads stream 1 reads the main stream's greedy token at each node, stream j
+    stream j - 1's best token, one stream after the other."""
     if not streams.config.parent_rank:
-        return draft_head(view, streams, hidden)
+        return draft_head(view, streams, hidden, vocab)
     parents, out = main.argmax(dim=-1), []
     for j in range(hidden.shape[1]):
         h = streams.parent_heads[j](hidden[:, j], view.embed(parents))
-        out.append(draft_head(view, streams, h))
+        out.append(draft_head(view, streams, h, vocab))
         parents = out[-1].argmax(dim=-1)
     return torch.stack(out, dim=1)
 
 
-def draft_head(view: View, streams: TorchStreams, h: torch.Tensor) -> torch.Tensor:
-    """The head's logits of stream states: -inf outside the adapter's draft vocabulary
-    (StreamConfig.draft_vocab; the whole head's logits masked: the same drafts as MLX's head
-    over its columns, at the whole head's cost)."""
+def draft_head(view: View, streams: TorchStreams, h: torch.Tensor, vocab=None) -> torch.Tensor:
+    """The head's logits of stream states: -inf outside `vocab` (default the adapter's draft
+    vocabulary, StreamConfig.draft_vocab; the whole head's logits masked: the same drafts as
+    MLX's head over its columns, at the whole head's cost)."""
     logits = view.head(h)
-    vocab = streams.config.draft_vocab
+    vocab = vocab or streams.config.draft_vocab
     if vocab is None:
         return logits
     outside = torch.full((logits.shape[-1],), float("-inf"), device=h.device, dtype=logits.dtype)
@@ -322,15 +324,18 @@ def prefill(view: View, streams: TorchStreams | None, tokens: list[int], caches)
 class TorchForward:
     """decoding.host's Forward over this module's tensor pass and caches."""
 
-    def __init__(self, view: View, streams: TorchStreams, caches: list[LayerCache], n_streams):
+    def __init__(self, view: View, streams: TorchStreams, caches: list, n_streams, vocab=None):
         self.view, self.streams, self.caches, self.n_streams = view, streams, caches, n_streams
         self.n_low = len(view.layers) - streams.config.n_msa_layers
+        self.vocab = vocab  # the streams' draft vocabulary in this generation (None: the adapter's)
 
     def offset(self) -> int:
         return self.caches[0].offset
 
     def verify(self, tree: Tree, cut: TreePolicy | None, drafts: bool) -> TorchVerified:
-        out = tree_forward(self.view, self.streams, tree, self.caches, self.n_streams, cut)
+        out = tree_forward(
+            self.view, self.streams, tree, self.caches, self.n_streams, cut, self.vocab
+        )
         return TorchVerified(*out)
 
     def keep(self, offset: int, nodes: list[int], path: list[int]) -> None:
@@ -393,7 +398,10 @@ def speculative_decode(
     n_streams = cfg.gamma if cfg.mode == "shared" else max(policy.depth, 1)
     caches = [LayerCache() for _ in view.layers]
     prefill(view, streams, prompt_ids[:-1], caches)
-    forward = TorchForward(view, streams, caches, n_streams)
+    vocab = None  # the adapter's draft vocabulary and the prompt's tokens, as in decoding.loop
+    if cfg.draft_vocab is not None:
+        vocab = [*cfg.draft_vocab, *prompt_tokens(cfg.draft_vocab, prompt_ids)]
+    forward = TorchForward(view, streams, caches, n_streams, vocab)
     yield from drive(HostRun(forward, drafting, list(prompt_ids), sampling), max_tokens)
 
 

@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 import specstream_mlx as ss
-from specstream_mlx.decoding import tree_step
+from specstream_mlx.decoding import policy, tree_step
 from specstream_mlx.decoding.loop import Decoder, decode
 from specstream_mlx.decoding.policy import TreePolicy
 from specstream_mlx.decoding.tree import draft_tree
@@ -362,7 +362,7 @@ def test_a_generation_drafts_from_its_prompts_tokens_too(tiny_models, monkeypatc
     params = streams_for(loaded, 2, gamma=3, n_msa_layers=2, draft_vocab=vocab)
     own = tree_step.DraftVocab.of(arch, params)
     prompt = [t for t in range(loaded.config["vocab_size"]) if t not in vocab][:40] + [vocab[0]]
-    monkeypatch.setattr(tree_step, "PROMPT_SLOTS", 32)
+    monkeypatch.setattr(policy, "PROMPT_SLOTS", 32)
     wide = own.with_prompt(arch, prompt)
     new = prompt[-33:-1]  # the last 32 new ones; the first 8 do not fit
     assert wide.ids.shape == (len(vocab) + 32,) and wide.columns.shape[1] == len(vocab) + 32

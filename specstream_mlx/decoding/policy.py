@@ -14,6 +14,22 @@ import numpy as np
 from .tree import Tree, draft_depth
 
 RankPath = tuple[int, ...]
+# Prompt tokens a generation adds to its streams' draft vocabulary (prompt_tokens).
+PROMPT_SLOTS = 256
+
+
+def prompt_tokens(vocab, prompt_ids: list[int]) -> list[int]:
+    """The prompt's tokens that a generation's streams draft from besides their adapter's draft
+    vocabulary `vocab` (a column name, a value: text an answer copies): those outside it, the
+    last PROMPT_SLOTS distinct ones."""
+    known, extra = set(vocab), []
+    for token in reversed(prompt_ids):
+        if len(extra) == PROMPT_SLOTS:
+            break
+        if token not in known:
+            known.add(token)
+            extra.append(token)
+    return extra
 
 
 @dataclass(frozen=True)

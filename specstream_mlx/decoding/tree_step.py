@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import SpecstreamError
 from ..models.arch import Arch
 from ..streams.params import StreamParams
+from . import policy
 from .kv import MainOnlyCache
 from .tree import Tree, msa_mask
 from .tree import prune as prune_tree
@@ -20,8 +21,6 @@ from .tree import prune as prune_tree
 # are read once (the pass is memory-bound on a CPU), instead of once for the main stream and
 # once more for the accepted node's streams after verification.
 ONE_HEAD_PASS_ROWS = 64
-# Prompt tokens a generation adds to an adapter's draft vocabulary (DraftVocab.with_prompt).
-PROMPT_SLOTS = 256
 
 
 def one_head_pass(params: StreamParams | None, rows: int) -> bool:
@@ -63,17 +62,12 @@ class DraftVocab:
         return params.draft
 
     def with_prompt(self, arch: Arch, prompt_ids: list[int]) -> DraftVocab:
-        """This vocabulary and the prompt's own tokens (a column name, a value: text an answer
-        copies, which the streams can then draft), up to PROMPT_SLOTS of them (the last
-        ones), padded to exactly PROMPT_SLOTS more ids (repeating one: its logit lands in one
-        place), so that every prompt gives the same shape and the compiled passes one trace."""
-        known = set(np.array(self.ids).tolist())
-        extra = []
-        for token in reversed(prompt_ids):
-            if token not in known and 0 <= token < self.size and len(extra) < PROMPT_SLOTS:
-                known.add(token)
-                extra.append(token)
-        extra += [int(self.ids[-1].item())] * (PROMPT_SLOTS - len(extra))
+        """This vocabulary and the prompt's tokens outside it (policy.prompt_tokens), padded to
+        exactly PROMPT_SLOTS more ids (repeating one: its logit lands in one place), so that
+        every prompt gives the same shape and the compiled passes one trace."""
+        own = np.array(self.ids).tolist()
+        extra = policy.prompt_tokens(own, prompt_ids)
+        extra += [own[-1]] * (policy.PROMPT_SLOTS - len(extra))
         added = mx.array(extra, dtype=mx.uint32)
         ids = mx.concatenate([self.ids, added])
         columns = mx.concatenate([self.columns, arch.head_columns(added)], axis=1)
