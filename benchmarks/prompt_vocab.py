@@ -1,8 +1,9 @@
-"""The streams drafting from their adapter's draft vocabulary and the prompt's own tokens (as
-generations run now: `decoding.policy.prompt_tokens`, "+prompt") against the
-adapter's vocabulary alone ("own vocab", PROMPT_SLOTS patched to 0), for `ss` and `ss+pld`,
-paired on the same prompts in one process with plain decoding (`ar`), interleaved prompt by
-prompt (issue 19).
+"""The streams drafting from their adapter's draft vocabulary and the prompt's own tokens
+("+prompt": `decoding.policy.prompt_tokens`, as `ss` runs now) against the adapter's
+vocabulary alone ("own vocab": PROMPT_SLOTS patched to 0, as `ss+pld` runs now: where prompt
+lookup drafts, `loop.draft_vocab` keeps the adapter's vocabulary; "ss+pld +prompt" patches that
+rule out), for `ss` and `ss+pld`, paired on the same prompts in one process with plain
+decoding (`ar`), interleaved prompt by prompt (issue 19).
 
 Prints decode tokens/s per decoder (tokens after each prompt's first pass over the time after
 it, summed over prompts), tau (tokens per pass), nodes per pass, the median per-prompt ratio
@@ -20,7 +21,8 @@ from functools import partial
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
-from specstream_mlx.decoding import policy  # noqa: E402
+from specstream_mlx.decoding import loop, policy  # noqa: E402
+from specstream_mlx.decoding.tree_step import DraftVocab  # noqa: E402
 
 # isort: on
 from paired import arguments, paired, report, suite_prompts  # noqa: E402
@@ -35,12 +37,23 @@ METHODS = {  # name -> (decoder, prompt slots)
 }
 
 
+RULE = loop.draft_vocab
+
+
+def with_prompt_anyway(dec, prompt_ids):
+    """loop.draft_vocab without its rule for prompt lookup: the prompt's tokens always."""
+    vocab = DraftVocab.of(dec.arch, dec.streams) if dec.streams is not None else None
+    return None if vocab is None else vocab.with_prompt(dec.arch, prompt_ids)
+
+
 def run(loaded, prompt: list[int], max_tokens: int, method: str):
     decoder, policy.PROMPT_SLOTS = METHODS[method]
+    if method == "ss+pld +prompt":
+        loop.draft_vocab = with_prompt_anyway
     try:
         return ss.generate(loaded, prompt, max_tokens=max_tokens, decoder=decoder)
     finally:
-        policy.PROMPT_SLOTS = SLOTS
+        policy.PROMPT_SLOTS, loop.draft_vocab = SLOTS, RULE
 
 
 def main() -> None:

@@ -399,7 +399,7 @@ def speculative_decode(
     caches = [LayerCache() for _ in view.layers]
     prefill(view, streams, prompt_ids[:-1], caches)
     vocab = None  # the adapter's draft vocabulary and the prompt's tokens, as in decoding.loop
-    if cfg.draft_vocab is not None:
+    if cfg.draft_vocab is not None and drafter is None:
         vocab = [*cfg.draft_vocab, *prompt_tokens(cfg.draft_vocab, prompt_ids)]
     forward = TorchForward(view, streams, caches, n_streams, vocab)
     yield from drive(HostRun(forward, drafting, list(prompt_ids), sampling), max_tokens)

@@ -141,6 +141,23 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == A generation drafts from its prompt's tokens (issue 19) ==
+    # the streams over their adapter's vocabulary and the prompt's tokens, paired with the
+    # adapter's vocabulary alone, `ss` and `ss+pld`: Qwen's sql and chat (about 12 min each),
+    # SmolLM2's sql (about 6 min); then the first generation after an adapter is made active
+    # (about 1 min)
+    S="A generation drafts from its prompt's tokens"
+    step "$S" env SPECSTREAM_CACHE="$QC" PYTHONPATH=benchmarks ./dev.sh python \
+        benchmarks/prompt_vocab.py --model "$QWEN" --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 \
+        --json $R/prompt_vocab_qwen_sql_1206.json
+    step "$S" env SPECSTREAM_CACHE="$QC" PYTHONPATH=benchmarks ./dev.sh python \
+        benchmarks/prompt_vocab.py --model "$QWEN" --adapter chat --suite chat --data "$D" \
+        --limit 16 --max-tokens 64 --json $R/prompt_vocab_qwen_chat_1206.json
+    step "$S" env PYTHONPATH=benchmarks ./dev.sh python benchmarks/prompt_vocab.py \
+        --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 \
+        --json $R/prompt_vocab_sql_1206.json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/first_generation.py
     # == What Qwen's sql draft vocabulary leaves out (issue 19) ==
     # the probe (plain decoding and three vocabularies, about 15 min), then the shipped adapter
     # and the probe's rows vocabulary benchmarked (about 12 min each)

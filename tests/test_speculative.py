@@ -355,7 +355,8 @@ def test_draft_vocabulary_restricts_the_streams_to_its_tokens(tiny_models):
 def test_a_generation_drafts_from_its_prompts_tokens_too(tiny_models, monkeypatch):
     """A generation's streams draft from their adapter's draft vocabulary and the prompt's own
     tokens (the last PROMPT_SLOTS new ones), always as many ids (one compiled trace), with the
-    whole head's logits on them; every pass drafts over it, settled on the device or the host."""
+    whole head's logits on them; every pass drafts over it, settled on the device or the host;
+    where prompt lookup drafts (`ss+pld`), the adapter's vocabulary alone."""
     loaded = tiny_models["qwen2"]
     arch = arch_of(loaded.model, loaded.config["model_type"])
     vocab = draft_vocab(loaded, 5)
@@ -387,8 +388,8 @@ def test_a_generation_drafts_from_its_prompts_tokens_too(tiny_models, monkeypatc
     for streams, decoder, compiled in (
         (params, "ss", False),  # a tree pruning may cut: passes settled on the host
         (static, "ss", False),  # a static tree: on the device, eager
-        (static, "ss+pld", False),  # on the host where the lookup grafts, else on the device
         (static, "ss", True),  # on the device, compiled
+        (static, "ss+pld", False),  # the lookup drafts the prompt: the adapter's vocabulary
     ):
         drafted_over.clear()
         with monkeypatch.context() as patch:
@@ -401,7 +402,8 @@ def test_a_generation_drafts_from_its_prompts_tokens_too(tiny_models, monkeypatc
             spec = ss.generate(loaded, prompt, max_tokens=12, decoder=decoder, streams=streams,
                                tree="adapter", compile=compiled, chat=False)  # fmt: skip
         assert spec.token_ids == ss.generate(loaded, prompt, max_tokens=12).token_ids
-        assert drafted_over and all(ids >= set(new) for ids in drafted_over), decoder
+        wanted = set(vocab) if decoder == "ss+pld" else set(vocab) | set(new)
+        assert drafted_over and all(ids == wanted for ids in drafted_over), decoder
 
 
 def test_adapter_for_another_base_is_refused(tiny_models, tmp_path):

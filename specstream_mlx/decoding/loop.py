@@ -180,12 +180,16 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
 
 
 def draft_vocab(dec: Decoder, prompt_ids: list[int]) -> DraftVocab | None:
-    """The vocabulary the streams draft from in this generation: their adapter's draft
-    vocabulary and the prompt's tokens (None: the whole head)."""
+    """The vocabulary the streams draft from in this generation (None: the whole head): their
+    adapter's draft vocabulary, and the prompt's tokens where prompt lookup does not run (it
+    drafts the prompt's spans itself; measured, the streams drafting them too lost 3% of
+    `ss+pld`'s speed on two of three suites: BENCHMARKS.md)."""
     if dec.streams is None or dec.arch is None:
         return None
     vocab = DraftVocab.of(dec.arch, dec.streams)
-    return None if vocab is None else vocab.with_prompt(dec.arch, prompt_ids)
+    if vocab is None or dec.graft is not None or dec.drafter is not None:
+        return vocab
+    return vocab.with_prompt(dec.arch, prompt_ids)
 
 
 @dataclass
