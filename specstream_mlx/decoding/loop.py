@@ -114,7 +114,7 @@ class State:
     bound: int = 0
     level: mx.array | None = None  # gated trees: the bin of stream 1's confidence at the root
     kept: Kept | None = None  # the last pass's accepted rows, not yet in the caches' buffers
-    vocab: DraftVocab | None = None  # what the streams draft from: their adapter's and the prompt's
+    vocab: DraftVocab | None = None  # what the streams draft from (draft_vocab)
 
 
 def decode(
