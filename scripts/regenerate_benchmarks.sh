@@ -158,6 +158,18 @@ steps() {
         --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 \
         --json $R/prompt_vocab_sql_1206.json
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/first_generation.py
+    # Qwen sql's acceptance statistics with the prompt's tokens, on a copy of the shipped folder
+    # (about 12 min), then paired with the shipped statistics (about 12 min)
+    step "$S" rm -rf runs/qsql_prompt
+    step "$S" cp -r specstream_mlx/adapters/$QWEN/sql runs/qsql_prompt
+    step "$S" into $R/acceptance_qwen_sql_prompt_tokens_1206.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter runs/qsql_prompt \
+        --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --skip 40 --limit 48 \
+        --max-tokens 96 --json
+    step "$S" env SPECSTREAM_CACHE="$QC" PYTHONPATH=benchmarks ./dev.sh python \
+        benchmarks/acceptance_pair.py --other runs/qsql_prompt --model "$QWEN" --adapter sql \
+        --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 \
+        --json $R/acceptance_pair_qwen_sql_1206.json
     # == What Qwen's sql draft vocabulary leaves out (issue 19) ==
     # the probe (plain decoding and three vocabularies, about 15 min), then the shipped adapter
     # and the probe's rows vocabulary benchmarked (about 12 min each)
