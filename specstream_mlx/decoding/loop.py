@@ -181,13 +181,14 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
 
 def draft_vocab(dec: Decoder, prompt_ids: list[int]) -> DraftVocab | None:
     """The vocabulary the streams draft from in this generation (None: the whole head): their
-    adapter's draft vocabulary, and the prompt's tokens where prompt lookup does not run (it
-    drafts the prompt's spans itself; measured, the streams drafting them too lost 3% of
-    `ss+pld`'s speed on two of three suites: BENCHMARKS.md)."""
+    adapter's draft vocabulary, and the prompt's tokens where the streams draft (or are probed)
+    and prompt lookup does not run (it drafts the prompt's spans itself; measured, the streams
+    drafting them too lost 3% of `ss+pld`'s speed on two of three suites: BENCHMARKS.md)."""
     if dec.streams is None or dec.arch is None:
         return None
     vocab = DraftVocab.of(dec.arch, dec.streams)
-    if vocab is None or dec.graft is not None or dec.drafter is not None:
+    drafts = dec.policy.depth > 0 or dec.probe is not None
+    if vocab is None or not drafts or dec.graft is not None or dec.drafter is not None:
         return vocab
     return vocab.with_prompt(dec.arch, prompt_ids)
 
