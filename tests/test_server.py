@@ -276,12 +276,18 @@ def serve(port: int, *args: str, env: dict | None = None):
     import sys
 
     env = {**os.environ, "SPECSTREAM_API_KEY": KEY, **(env or {})}
-    return subprocess.Popen(
-        [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port), *args],
-        stderr=subprocess.PIPE, text=True, env=env,
-        # Ctrl-C as a terminal delivers it, also when pytest runs where SIGINT is ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    # Ctrl-C as a terminal delivers it, also when pytest runs where SIGINT is ignored: the
+    # child starts with SIGINT handled here, which exec resets to its default (not with
+    # preexec_fn: that forces a fork, whose OpenBLAS at-fork handler can deadlock while this
+    # process's MLX threads run BLAS work; without it subprocess uses vfork)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "specstream_apps.cli", "serve", "--port", str(port), *args],
+            stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def first_models(proc, port: int) -> httpx.Response:
