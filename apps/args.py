@@ -99,12 +99,18 @@ def output_folder(path: str, flag: str, overwrite: bool) -> None:
     """Checked before any work starts: `path` can be written as a folder (replaced only with
     `overwrite`; missing parent folders are made when it is written)."""
     from specstream_mlx import SpecstreamError
+    from specstream_mlx.folders import check_replaceable
 
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise SpecstreamError(f"{flag} {out} is a file: give a folder")
     if out.exists() and not overwrite:
         raise SpecstreamError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    if out.exists():
+        try:
+            check_replaceable(out)
+        except SpecstreamError as exc:
+            raise SpecstreamError(f"{flag} {exc}") from None
     _probe(_nearest(out), f"{flag} {out}")
 
 

@@ -15,7 +15,7 @@ from .args import (
     sampling_of,
     tuning_of,
 )
-from .text_input import checked_text
+from .text_input import checked_text, text_problem
 
 HELP = "chat in the terminal (commands: /adapter NAME, /stats, /reset, /quit)"
 COMMANDS = """commands:
@@ -86,6 +86,8 @@ def run(args) -> int:
     session.tuning = tuning_of(args)
     session.reset()
     tty = sys.stdin.isatty()
+    if hasattr(sys.stdin, "reconfigure"):  # an undecodable byte: a lone surrogate, not an error
+        sys.stdin.reconfigure(errors="surrogateescape")
     print(
         f"specstream chat: {loaded.name}, adapter {adapter or 'none'}, decoder "
         f"{decoder_for(session)}. /help for commands, Ctrl-D to leave.",
@@ -101,9 +103,13 @@ def run(args) -> int:
         except KeyboardInterrupt:  # at the prompt: a fresh line, the session goes on
             print(file=sys.stderr)
             continue
-        except UnicodeDecodeError as exc:
+        except UnicodeDecodeError as exc:  # a stdin that cannot take errors=surrogateescape
             raise ss.SpecstreamError(f"stdin is not UTF-8 text ({exc.reason})") from None
-        line = checked_text(line, "stdin").strip()
+        problem = text_problem(line)
+        if problem:  # that line alone is refused: the conversation goes on
+            print(f"(that line is {problem}: not sent)", file=sys.stderr)
+            continue
+        line = line.strip()
         if not line:
             continue
         if line.startswith("/"):

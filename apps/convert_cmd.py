@@ -58,8 +58,9 @@ def run(args) -> int:
 
         source = resolve_adapter(args.source)
     src = af.read_folder(source)
-    if Path(args.target).resolve() == source.resolve():
-        raise SpecstreamError("--to must differ from --from")
+    target = Path(args.target).resolve()
+    if target == source.resolve() or target in source.resolve().parents:
+        raise SpecstreamError("--to must differ from --from and not hold it")
     output_folder(args.target, "--to", args.overwrite)
     cfg = src.stream_config
     if src.kind == "torch":

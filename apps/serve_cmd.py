@@ -73,6 +73,8 @@ def run(args) -> int:
         ) from None
     from specstream_mlx.manager import AdapterManager
 
+    if args.api_key is not None and not args.api_key.strip():
+        raise ss.SpecstreamError("--api-key is empty: give a key, or leave the option out")
     extra = {}
     for item in args.adapter:
         name, sep, folder = item.partition("=")
@@ -84,6 +86,11 @@ def run(args) -> int:
         loaded = ss.load(args.model, precision=args.precision)
         manager = AdapterManager(loaded, max_resident=args.max_resident, keep_fused=args.keep_fused)
         for name, folder in extra.items():
+            if name == loaded.name:
+                raise ss.SpecstreamError(
+                    f"--adapter {name}=...: {name!r} is the base model's name; give the adapter "
+                    "another"
+                )
             if name in manager.names():
                 print(f"specstream serve: {name!r} serves {folder}, not the shipped adapter of "
                       "that name", file=sys.stderr)  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Annotated, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 import specstream_mlx as ss
 from specstream_mlx.chat_safety import encode_chat
@@ -368,10 +369,13 @@ async def read_body(request: Request, model: type[BaseModel], limits: Limits):
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise too_large
     raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limits.max_body_bytes:
-            raise too_large
+    try:
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > limits.max_body_bytes:
+                raise too_large
+    except ClientDisconnect:  # nobody reads the answer; the server goes on
+        raise ApiError(499, "the client left before sending its request", "client_closed") from None
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -629,5 +629,9 @@ def measure_acceptance(
         if on_prompt:
             on_prompt(number, len(prompts), len(rows))
     if not rows:
-        raise SpecstreamError("no position to count: the prompts gave no continuation")
+        raise SpecstreamError(
+            "no position to count: a position counts once the "
+            f"{params.config.gamma} tokens after it are decoded, and the prompts' continuations "
+            "were shorter (raise --max-tokens)"
+        )
     return Acceptance.from_ranks(rows, params.config.gamma, source, confidence, starts)

@@ -261,9 +261,10 @@ def test_undecodable_text_is_one_clear_line(tiny_folders):
     assert_clean_error(proc, "the prompt on stdin is not UTF-8 text", "0xff at offset 3")
     proc = specstream_bytes("generate", *model, "--prompt", b"hi \xff")
     assert_clean_error(proc, "--prompt is not valid UTF-8 text (undecodable byte 0xff")
-    proc = specstream_bytes("chat", *model, stdin=b"\xff\xfe\n")  # after chat's banner line
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "specstream chat: error: stdin is not" in proc.stderr.splitlines()[-1]
+    proc = specstream_bytes("chat", *model, stdin=b"\xff\xfe\n/stats\n")  # that line alone goes
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "(that line is not valid UTF-8 text (undecodable byte 0xff" in proc.stderr
+    assert "0 answers" in proc.stderr  # the session went on to the next line
     proc = specstream_bytes("chat", *model, "--system", b"be \xff")
     assert_clean_error(proc, "--system is not valid UTF-8 text")
     proc = specstream_bytes("write", "summarize", *model, stdin=b"\x00\xff\xfe")
@@ -333,6 +334,48 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_work(tmp_path, ti
         assert_clean_error(specstream(*argv), fragment)
     assert a_file.read_text() == "x"  # nothing replaced or moved aside
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "prompts.jsonl", "train.jsonl"]
+
+
+def test_an_output_folder_that_holds_other_things_is_never_replaced(tmp_path, tiny_folders):
+    """--overwrite replaces an adapter, model or checkpoint folder, never the current folder, a
+    folder above it or one holding other files (a conversion into --from's parent once deleted
+    --from)."""
+    from specstream_apps.args import output_folder
+
+    import specstream_mlx as ss
+    from specstream_mlx.folders import staged_folder
+    from specstream_mlx.streams.adapter_io import save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), 64).randomize(0)
+    home = tmp_path / "home"
+    source = save_adapter(home / "src", params, loaded)
+    (home / "notes.txt").write_text("mine")
+    convert = ["convert", "--from", str(source), "--no-check", "--overwrite", "--to"]
+    assert_clean_error(specstream(*convert, str(home)), "must differ from --from and not hold it")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert_clean_error(specstream(*convert, str(other)), "holds files that are not an adapter")
+    cwd = Path.cwd()
+    try:
+        os.chdir(home)
+        for out in (".", "", str(tmp_path)):
+            with pytest.raises(ss.SpecstreamError, match="is the current folder or holds it"):
+                output_folder(out, "--out", True)
+            with pytest.raises(ss.SpecstreamError, match="is the current folder or holds it"):
+                with staged_folder(out, overwrite=True):
+                    pass
+    finally:
+        os.chdir(cwd)
+    assert (home / "notes.txt").read_text() == "mine" and (other / "notes.txt").is_file()
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt", "src"]
+    proc = specstream(*convert, str(home / "src2"))  # a new folder, then replaced: allowed
+    assert proc.returncode == 0, proc.stderr
+    proc = specstream(*convert, str(home / "src2"))
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_distill_reads_prompt_rows_and_names_the_bad_ones(tmp_path, tiny_folders):

@@ -351,6 +351,19 @@ def test_serve_flags_are_checked_before_loading():
 
     assert_clean_error(specstream("serve", "--adapter", "sql"), "--adapter wants NAME=FOLDER")
     assert_clean_error(specstream("serve", "--port", "0"), "--port")
+    assert_clean_error(specstream("serve", "--api-key", " "), "--api-key is empty")
+
+
+def test_an_adapter_cannot_take_the_base_models_name(tiny_folders):
+    from .test_cli import assert_clean_error, specstream
+
+    model = str(tiny_folders["llama"])
+    name = ss.load(model).name
+    with socket.socket() as s:  # a free port: serve binds it before loading
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    proc = specstream("serve", "--model", model, "--adapter", f"{name}=x", "--port", port)
+    assert_clean_error(proc, "is the base model's name")
 
 
 def test_a_taken_port_is_one_line_before_the_model_loads(tmp_path):
@@ -447,6 +460,26 @@ def test_a_chunked_body_is_refused_once_over_the_limit():
     with pytest.raises(ApiError) as err:
         asyncio.run(read_body(request, ChatRequest, Limits(max_body_bytes=20_000)))
     assert err.value.status == 413 and received == 21
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_one_error():
+    """The connection closes mid-body: an ApiError (no answer is read), not a traceback in the
+    server's log."""
+    import asyncio
+
+    from specstream_apps.server import ApiError, ChatRequest, read_body
+    from starlette.requests import Request
+
+    parts = iter([{"type": "http.request", "body": b'{"messages":', "more_body": True}])
+
+    async def receive():
+        return next(parts, {"type": "http.disconnect"})
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"500")]
+    request = Request({"type": "http", "method": "POST", "headers": headers}, receive)
+    with pytest.raises(ApiError) as err:
+        asyncio.run(read_body(request, ChatRequest, Limits()))
+    assert err.value.status == 499
 
 
 def test_a_chunked_body_over_the_limit_gets_413_over_http(server):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -167,6 +168,7 @@ class Checkpoint:
     """`{out}.checkpoint/`: stream parameters, optimizer state and progress, replaced atomically."""
 
     def __init__(self, out_dir: Path):
+        out_dir = Path(os.path.abspath(out_dir))  # "." names the current folder
         self.path = out_dir.with_name(out_dir.name + ".checkpoint")
 
     def exists(self) -> bool:
