@@ -306,6 +306,35 @@ def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base
     assert_clean_error(proc, "base_model must be an object")
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format_version": 99}, "format_version 99; this version of specstream-mlx reads format"),
+        ({"format_version": "1"}, "format_version '1'"),
+        ({"stream_config": None}, "no stream_config"),
+        ({"stream_config": "x"}, "stream_config must be an object"),
+    ],
+)
+def test_adapter_config_of_another_format_is_named(tmp_path, tiny_folders, change, message):
+    import specstream_mlx as ss
+    from specstream_mlx.streams.adapter_io import CONFIG, read_adapter, save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), 64).randomize(0)
+    folder = save_adapter(tmp_path / "adapter", params, loaded)
+    config = json.loads((folder / CONFIG).read_text())
+    for key, value in change.items():
+        if value is None:
+            del config[key]
+        else:
+            config[key] = value
+    (folder / CONFIG).write_text(json.dumps(config))
+    with pytest.raises(ss.SpecstreamError, match=re.escape(message)):
+        read_adapter(folder, loaded)
+
+
 UNWRITABLE = "/proc/specstream-test"  # no file can be made there, even by root
 
 

@@ -96,6 +96,9 @@ def test_bad_acceptance_file_is_a_clear_error(tmp_path):
     (tmp_path / "acceptance.json").write_text('{"gamma": 2, "positions": 3, "counts": {"0.x": 1}}')
     with pytest.raises(SpecstreamError, match="bad acceptance statistics"):
         Acceptance.read(tmp_path)
+    (tmp_path / "acceptance.json").write_text("{}")
+    with pytest.raises(SpecstreamError, match="bad acceptance statistics: no 'counts' field"):
+        Acceptance.read(tmp_path)
     (tmp_path / "acceptance.json").write_text("[]")
     with pytest.raises(SpecstreamError, match="bad acceptance statistics: not a JSON object"):
         Acceptance.read(tmp_path)

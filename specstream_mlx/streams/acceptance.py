@@ -196,7 +196,9 @@ class Acceptance:
                 str(data.get("source", "")),
                 *hits,
             )
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        except KeyError as exc:
+            raise SpecstreamError(f"bad acceptance statistics: no {exc.args[0]!r} field") from None
+        except (ValueError, TypeError, AttributeError) as exc:
             raise SpecstreamError(f"bad acceptance statistics: {exc!r}") from None
 
         def fits(p: Path_) -> bool:

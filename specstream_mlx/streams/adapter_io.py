@@ -241,6 +241,18 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
     if "stream_config" not in config:
         if config.get("fine_tune_type") == "lora":
             return _read_lora_adapter(source, folder, config, loaded)
+        raise SpecstreamError(
+            f"unreadable {folder / CONFIG}: no stream_config (neither a specstream adapter nor "
+            "an mlx-lm LoRA folder)"
+        )
+    version = config.get("format_version", FORMAT_VERSION)
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+        raise SpecstreamError(
+            f"unreadable {folder / CONFIG}: format_version {version!r}; this version of "
+            f"specstream-mlx reads format {FORMAT_VERSION} (a newer one needs a newer release)"
+        )
+    if not isinstance(config["stream_config"], dict):
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: stream_config must be an object")
     try:
         stream_config = StreamConfig.from_dict(config["stream_config"])
         stream_config.validate()  # types and ranges; the layer count after the fingerprint
