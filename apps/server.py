@@ -96,6 +96,34 @@ class _Common(BaseModel):
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None  # refused when given: not supported yet
+    # OpenAI fields that would change the answer and are not supported: refused when they ask
+    # for something (make_job), not silently ignored
+    logprobs: object = None
+    top_logprobs: object = None
+    echo: object = None
+    suffix: object = None
+    best_of: object = None
+    logit_bias: object = None
+    presence_penalty: object = None
+    frequency_penalty: object = None
+    response_format: object = None
+    tools: object = None
+    functions: object = None
+
+
+UNSUPPORTED = (
+    "logprobs", "top_logprobs", "echo", "suffix", "best_of", "logit_bias", "presence_penalty",
+    "frequency_penalty", "response_format", "tools", "functions",
+)  # fmt: skip
+
+
+def _asks(name: str, value) -> bool:
+    """Whether an unsupported field's value asks for something (its defaults do not)."""
+    if name == "response_format" and value == {"type": "text"}:
+        return False
+    if name == "best_of" and value == 1:
+        return False
+    return value not in (None, False, 0, "", [], {})
 
 
 class ChatRequest(_Common):
@@ -418,6 +446,14 @@ def make_job(body: _Common, prompt, chat: bool, manager, base: str, limits: Limi
         )  # fmt: skip
     if body.stop:
         raise ApiError(422, "stop sequences are not supported yet", "invalid_request_error", "stop")
+    for name in UNSUPPORTED:
+        if _asks(name, getattr(body, name)):
+            raise ApiError(422, f"{name} is not supported", "invalid_request_error", name)
+    if body.adapter is not None and body.model not in (None, base, "default", body.adapter):
+        raise ApiError(
+            422, f"model {body.model!r} and adapter {body.adapter!r} disagree: give one",
+            "invalid_request_error", "adapter",
+        )  # fmt: skip
     max_tokens = body.max_tokens or body.max_completion_tokens or min(256, limits.max_tokens)
     if max_tokens > limits.max_tokens:
         raise ApiError(

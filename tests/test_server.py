@@ -162,6 +162,12 @@ def test_text_completions_plain_and_streamed(client):
         ("/v1/chat/completions", {"messages": QUESTION, "stop": ["\n"]}, None, KEY, 422,
          "stop sequences are not supported"),
         ("/v1/chat/completions", {"messages": QUESTION, "n": 2}, None, KEY, 422, "n"),
+        ("/v1/chat/completions", {"messages": QUESTION, "response_format": {"type":
+         "json_object"}}, None, KEY, 422, "response_format is not supported"),
+        ("/v1/completions", {"prompt": "hi", "logprobs": 2, "echo": False}, None, KEY, 422,
+         "logprobs is not supported"),
+        ("/v1/chat/completions", {"messages": QUESTION, "model": "sql", "adapter": "chat"}, None,
+         KEY, 422, "model 'sql' and adapter 'chat' disagree"),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi \ud800"}]}, None,
          KEY, 422, "not valid UTF-8 text (lone surrogate U+D800"),
         ("/v1/completions", {"prompt": "hi \ud800"}, None, KEY, 422, "prompt: "),
@@ -209,7 +215,14 @@ def test_openai_message_shapes(client):
     plain = [{"role": "system", "content": "Answer briefly."},
              {"role": "user", "content": "What is the capital of France?"}]  # fmt: skip
     one = client.chat.completions.create(model="chat", messages=parts, max_completion_tokens=5)
-    two = client.chat.completions.create(model="chat", messages=plain, max_tokens=5)
+    two = client.chat.completions.create(
+        model="chat",
+        messages=plain,
+        max_tokens=5,
+        logprobs=False,
+        presence_penalty=0,
+        response_format={"type": "text"},
+    )  # unsupported fields at values that ask for nothing are accepted
     assert one.choices[0].message.content == two.choices[0].message.content
     assert one.usage.completion_tokens <= 5 and one.usage.prompt_tokens == two.usage.prompt_tokens
 
