@@ -141,6 +141,18 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == data2text's next-token baseline with LoRA in every block (issue 20) ==
+    # the baseline trained if missing (about 75 min alone on the Intel instance), then scored
+    # beside the shipped `data2text` on e2e dev items 0-39 (about 5 min)
+    S="data2text's next-token baseline with LoRA in every block"
+    step "$S" ensure runs/baselines/data2text_next_token_all env LORA_LAYERS=0 \
+        BASELINE_OUT=runs/baselines/data2text_next_token_all \
+        scripts/make_task_adapter.sh data2text --baseline-only
+    step "$S" ./dev.sh specstream bench --overwrite --suite e2e --data "$D/e2e/dev.csv" \
+        --adapter data2text --methods ar,lora --lora runs/baselines/data2text_next_token_all \
+        --limit 40 --max-tokens 64 --json $R/quality_e2e_next_token_every_block.json \
+        --markdown $R/quality_e2e_next_token_every_block.md
+
     # == A generation drafts from its prompt's tokens (issue 19) ==
     # the streams over their adapter's vocabulary and the prompt's tokens, paired with the
     # adapter's vocabulary alone, `ss` and `ss+pld`: Qwen's sql and chat (about 12 min each),
