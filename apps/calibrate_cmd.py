@@ -25,7 +25,13 @@ def add_parser(subparsers) -> None:
         "--measure-acceptance",
         action="store_true",
         help="decode prompts with the adapter and write its acceptance statistics "
-        "(acceptance.json in the adapter folder, atomically)",
+        "(acceptance.json in the adapter folder, atomically; an existing one is replaced only "
+        "with --overwrite)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="--measure-acceptance replaces the adapter's acceptance.json (what its planner reads)",
     )
     p.add_argument(
         "--suite",
@@ -65,6 +71,11 @@ def run(args) -> int:
     if args.adapter and args.measure_acceptance:  # bad arguments fail before minutes of timing
         folder = resolve_adapter(args.adapter, loaded)
         output_file(str(folder / "acceptance.json"), "--measure-acceptance")
+        if (folder / "acceptance.json").exists() and not args.overwrite:
+            raise ss.SpecstreamError(
+                f"{folder / 'acceptance.json'} exists: its statistics are what the planner "
+                "reads (pass --overwrite to replace them)"
+            )
         prompts = _prompts(args, folder.name)
     log = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
     curve = calibration.read_curve(loaded)

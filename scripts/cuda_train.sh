@@ -13,7 +13,7 @@
 #   here:         scripts/cuda_train.sh import FILES_AT    # ../runs/gpu/TASK, MLX adapters
 #
 # then score them as their CPU-trained peers (docs/BENCHMARKS.md): acceptance with
-# `specstream calibrate --adapter ../runs/gpu/sql --measure-acceptance --data ...`, quality with
+# `specstream calibrate --adapter ../runs/gpu/sql --measure-acceptance --overwrite --data ...`, quality with
 # `specstream bench --overwrite --suite sql --adapter ../runs/gpu/sql --methods ar ...`.
 #
 # Time: on an H200 (2026-11-26, commit 23b03ef) a step of the recipe below took 0.79 s with

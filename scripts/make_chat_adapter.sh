@@ -148,5 +148,5 @@ PY
     [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
     rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
 fi
-./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --suite chat --data "$DATA_DIR" \
+./dev.sh specstream calibrate --adapter "$OUT" --measure-acceptance --overwrite --suite chat --data "$DATA_DIR" \
     --limit 48 --max-tokens 96

@@ -79,5 +79,5 @@ rm -rf "$OUT.tmp" && ./dev.sh specstream convert --from "$RUN/chat_parent_torch"
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-./dev.sh specstream calibrate --model "$MODEL" --adapter chat --measure-acceptance \
+./dev.sh specstream calibrate --model "$MODEL" --adapter chat --measure-acceptance --overwrite \
     --data "$DATA_DIR" --limit 12 --max-tokens 96

@@ -48,5 +48,5 @@ rm -rf "$OUT.tmp" && ./dev.sh specstream convert --from "$RUN/sql_parent_torch" 
 # the training data's attribution travels in the folder (README.md, kept from the shipped one)
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-./dev.sh specstream calibrate --model "$MODEL" --adapter sql --measure-acceptance --suite sql \
+./dev.sh specstream calibrate --model "$MODEL" --adapter sql --measure-acceptance --overwrite --suite sql \
     --data "$DATA_DIR/sql/dev.jsonl" --skip 40 --limit 48 --max-tokens 96

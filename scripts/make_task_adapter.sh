@@ -28,7 +28,7 @@
 # resumes), PARENT_STEPS steps of batch 4 at lr 1e-3 (only the heads train, through the adapter's
 # frozen LoRA), a draft vocabulary of the 8,192 commonest answer tokens of the whole train split
 # (scripts/draft_vocab.py), the LoRA and the parent heads stored as float16 (a convert round trip)
-# and the acceptance statistics measured (`calibrate --measure-acceptance`, dev items 40-87);
+# and the acceptance statistics measured (`calibrate --measure-acceptance --overwrite`, dev items 40-87);
 # PARENT_RANK=0 skips it.
 # The baseline goes to BASELINE_OUT (default runs/TASK_next_token); LORA_LAYERS sets its LoRA
 # depth too (0: every block, as the shipped tools have).
@@ -113,7 +113,7 @@ if [ "${PARENT_RANK:-$parent}" != 0 ]; then
     ./dev.sh specstream convert --from "$run/${task}_vocab" --to "$run/${task}_vocab_torch" --overwrite
     ./dev.sh specstream convert --from "$run/${task}_vocab_torch" --to "$out" --overwrite \
         --lora-dtype float16 --heads-dtype float16
-    ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --suite "$suite" \
+    ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --overwrite --suite "$suite" \
         --data "$DATA_DIR/$dev" --limit 48 --max-tokens 96
 fi
 if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi

@@ -5,7 +5,7 @@
 # trees chosen from so few were off: 2026-11-27). Run from the repository root.
 set -e
 D=${SPECSTREAM_DATA:-../shared/data}
-./dev.sh specstream calibrate --adapter chat --measure-acceptance --data $D --limit 12 --max-tokens 96
-./dev.sh specstream calibrate --adapter summarize --measure-acceptance --data $D/dialogsum/dev.jsonl --limit 36 --max-tokens 96
-./dev.sh specstream calibrate --adapter data2text --measure-acceptance --data $D/e2e/dev.csv --limit 48 --max-tokens 96
-./dev.sh specstream calibrate --adapter sql --measure-acceptance --data $D/sql/dev.jsonl --limit 48 --max-tokens 96
+./dev.sh specstream calibrate --adapter chat --measure-acceptance --overwrite --data $D --limit 12 --max-tokens 96
+./dev.sh specstream calibrate --adapter summarize --measure-acceptance --overwrite --data $D/dialogsum/dev.jsonl --limit 36 --max-tokens 96
+./dev.sh specstream calibrate --adapter data2text --measure-acceptance --overwrite --data $D/e2e/dev.csv --limit 48 --max-tokens 96
+./dev.sh specstream calibrate --adapter sql --measure-acceptance --overwrite --data $D/sql/dev.jsonl --limit 48 --max-tokens 96

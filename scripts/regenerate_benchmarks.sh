@@ -176,7 +176,7 @@ steps() {
     step "$S" cp -r specstream_mlx/adapters/$QWEN/sql runs/qsql_prompt
     step "$S" into $R/acceptance_qwen_sql_prompt_tokens_1206.json env SPECSTREAM_CACHE="$QC" \
         ./dev.sh specstream calibrate --model "$QWEN" --adapter runs/qsql_prompt \
-        --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --skip 40 --limit 48 \
+        --measure-acceptance --overwrite --suite sql --data "$D/sql/dev.jsonl" --skip 40 --limit 48 \
         --max-tokens 96 --json
     step "$S" env SPECSTREAM_CACHE="$QC" PYTHONPATH=benchmarks ./dev.sh python \
         benchmarks/acceptance_pair.py --other runs/qsql_prompt --model "$QWEN" --adapter sql \
@@ -264,7 +264,7 @@ steps() {
     step "$S" bash -c "rm -rf runs/acc_qwen_sql && mkdir -p runs && cp -r specstream_mlx/adapters/$QWEN/sql runs/acc_qwen_sql"
     step "$S" into $R/acceptance_qwen_sql_parent_items40_87.json env SPECSTREAM_CACHE="$QC" \
         ./dev.sh specstream calibrate --model "$QWEN" --adapter runs/acc_qwen_sql \
-        --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
+        --measure-acceptance --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite sql \
         --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_parent_amd_1205.json \
@@ -278,7 +278,7 @@ steps() {
     S="summarize's parent heads learn its own summaries"
     step "$S" bash -c "rm -rf runs/acc_summarize && mkdir -p runs && cp -r specstream_mlx/adapters/summarize runs/acc_summarize"
     step "$S" into $R/acceptance_summarize_own_parent_items40_75.json ./dev.sh specstream \
-        calibrate --adapter runs/acc_summarize --measure-acceptance --suite dialogsum \
+        calibrate --adapter runs/acc_summarize --measure-acceptance --overwrite --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
     step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
@@ -301,7 +301,7 @@ steps() {
         read -r t p a <<< "$t"
         step "$S" bash -c "rm -rf runs/acc_$a && mkdir -p runs && cp -r specstream_mlx/adapters/$a runs/acc_$a"
         step "$S" into $R/calibration_${a}_parent_vocab_amd_1205.json ./dev.sh specstream \
-            calibrate --adapter runs/acc_$a --measure-acceptance --suite "$t" --data "$D/$p" \
+            calibrate --adapter runs/acc_$a --measure-acceptance --overwrite --suite "$t" --data "$D/$p" \
             --limit 48 --max-tokens 96 --json
         step "$S" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
@@ -324,7 +324,7 @@ open("runs/dev300.jsonl", "w").writelines(json.dumps(r) + "\n" for r in rows[:30
         --data runs/dev300.jsonl --json $R/stream_ablation/chat_parent.json
     step "$S" bash -c "rm -rf runs/acc_chat && mkdir -p runs && cp -r specstream_mlx/adapters/chat runs/acc_chat"
     step "$S" into $R/acceptance_chat_parent_items40_87.json ./dev.sh specstream calibrate \
-        --adapter runs/acc_chat --measure-acceptance --suite chat --data "$D" --limit 48 \
+        --adapter runs/acc_chat --measure-acceptance --overwrite --suite chat --data "$D" --limit 48 \
         --max-tokens 96 --json
     step "$S" into $R/calibration_chat_parent.json ./dev.sh specstream calibrate --adapter chat \
         --json
@@ -379,7 +379,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     S="The summarize tool's second round on its own answers"
     step "$S" bash -c "rm -rf runs/own_summarize && mkdir -p runs && cp -r specstream_mlx/adapters/summarize runs/own_summarize"
     step "$S" into $R/acceptance_summarize_own2_items40_75.json ./dev.sh specstream calibrate \
-        --adapter runs/own_summarize --measure-acceptance --suite dialogsum \
+        --adapter runs/own_summarize --measure-acceptance --overwrite --suite dialogsum \
         --data "$D/dialogsum/dev.jsonl" --limit 36 --max-tokens 96 --json
     step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
         --adapter summarize --methods ar --limit 40 --max-tokens 64 \
@@ -490,7 +490,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
         "summarize dialogsum dialogsum/dev.jsonl 36"; do
         read -r wa ws wf wl <<<"$spec"
         step "$S" bash -c "rm -rf runs/walk_$wa && mkdir -p runs && cp -r specstream_mlx/adapters/$wa runs/walk_$wa"
-        step "$S" ./dev.sh specstream calibrate --adapter "runs/walk_$wa" --measure-acceptance \
+        step "$S" ./dev.sh specstream calibrate --adapter "runs/walk_$wa" --measure-acceptance --overwrite \
             --data "$D/$wf" --limit "$wl" --max-tokens 96
         step "$S" ./dev.sh python benchmarks/walked_trees.py --adapter "runs/walk_$wa" \
             --suite "$ws" --data "$D/$wf" --limit 10 --max-tokens 96 --json $R/walked_trees_$ws.json
@@ -521,7 +521,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # is a one-off command given there.
     S="Qwen2.5-Coder-0.5B: the sql writing tool (issue 19)"
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
-        --adapter sql --measure-acceptance --suite sql --data "$D/sql/dev.jsonl" --limit 48 \
+        --adapter sql --measure-acceptance --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 \
         --max-tokens 96
     step "$S" into $R/calibration_qwen_sql.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
         calibrate --model "$QWEN" --adapter sql --json
@@ -554,7 +554,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     for pair in sql:sql/dev.jsonl data2text:e2e/dev.csv; do
         a=${pair%%:*} f=${pair#*:} suite=$([ "$a" = sql ] && echo sql || echo e2e)
         step "$S" bash -c "rm -rf runs/acc_$a && mkdir -p runs && cp -r specstream_mlx/adapters/$a runs/acc_$a"
-        step "$S" ./dev.sh specstream calibrate --adapter "runs/acc_$a" --measure-acceptance \
+        step "$S" ./dev.sh specstream calibrate --adapter "runs/acc_$a" --measure-acceptance --overwrite \
             --suite "$suite" --data "$D/$f" --limit 12 --max-tokens 96
         step "$S" ./dev.sh specstream bench --overwrite --suite "$suite" --data "$D/$f" --adapter "runs/acc_$a" \
             --methods ar,ss,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
@@ -569,7 +569,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # the top-8 summarize run (runs/sum_v2, about 2.2 h of training here) is not retrained by
     # this script: its command is in BENCHMARKS.md; with runs/sum_v2 present:
     if [ -d runs/sum_v2 ]; then
-        step "$S" ./dev.sh specstream calibrate --adapter runs/sum_v2 --measure-acceptance \
+        step "$S" ./dev.sh specstream calibrate --adapter runs/sum_v2 --measure-acceptance --overwrite \
             --suite dialogsum --data "$D/dialogsum/dev.jsonl" --limit 12 --max-tokens 96
         step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
             --adapter runs/sum_v2 --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
@@ -580,7 +580,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     fi
 
     S="The data2text writing tool retrained on 3,000 examples (issue 20)"
-    step "$S" ./dev.sh specstream calibrate --adapter data2text --measure-acceptance --suite e2e \
+    step "$S" ./dev.sh specstream calibrate --adapter data2text --measure-acceptance --overwrite --suite e2e \
         --data "$D/e2e/dev.csv" --limit 12 --max-tokens 96
     step "$S" ./dev.sh specstream bench --overwrite --suite e2e --data "$D/e2e/dev.csv" --adapter data2text \
         --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
@@ -594,7 +594,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # bench on items 0-9 (about 3 min)
     S="The sql writing tool retrained on 3,000 examples (issues 20 and 18)"
     step "$S" ./dev.sh specstream calibrate --force --adapter sql
-    step "$S" ./dev.sh specstream calibrate --adapter sql --measure-acceptance --suite sql \
+    step "$S" ./dev.sh specstream calibrate --adapter sql --measure-acceptance --overwrite --suite sql \
         --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96
     step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
@@ -623,7 +623,7 @@ print(json.dumps({"runs": [json.load(open(f)) for f in sys.argv[1:]]}, indent=1)
     # min; no Qwen `sql` adapter yet: ss and ss+pld draft with the chat streams there)
     S="Qwen2.5-Coder-0.5B with trained streams (issue 19)"
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream calibrate --model "$QWEN" \
-        --adapter chat --measure-acceptance --data "$D" --limit 12 --max-tokens 96
+        --adapter chat --measure-acceptance --overwrite --data "$D" --limit 12 --max-tokens 96
     step "$S" into $R/calibration_qwen_chat.json env SPECSTREAM_CACHE="$QC" ./dev.sh specstream \
         calibrate --model "$QWEN" --adapter chat --json
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" --suite chat \
@@ -895,5 +895,5 @@ fi
 #   tuning): older states of the code.
 # - "Parent heads as float16": its comparison needs the float32-head adapters of commit e84f289
 #   (`git show e84f289:specstream_mlx/adapters/NAME/...` into a folder); each side's command
-#   (`calibrate --measure-acceptance` on a copy, then benchmarks/compare_acceptance.py) is in
+#   (`calibrate --measure-acceptance --overwrite` on a copy, then benchmarks/compare_acceptance.py) is in
 #   the section. The shipped acceptance.json files are remade by scripts/measure_acceptance.sh.

@@ -721,6 +721,13 @@ def test_calibrate_command(tmp_path, capsys, data):
     # the folder now loads with its statistics
     reloaded = ss.load(model, adapter=str(folder))
     assert reloaded.streams.acceptance.counts == written.counts
+    # measured again: the statistics are kept unless --overwrite says otherwise
+    before = (folder / "acceptance.json").read_bytes()
+    assert main([*args, "--limit", "1", "--max-tokens", "4"]) == 2
+    assert "exists: its statistics are what the planner reads" in capsys.readouterr().err
+    assert (folder / "acceptance.json").read_bytes() == before
+    assert main([*args, "--limit", "1", "--max-tokens", "4", "--overwrite"]) == 0
+    assert Acceptance.read(folder).positions < written.positions  # one prompt, 4 tokens
 
 
 def test_calibrate_shows_progress_to_a_person(tmp_path, capsys, data, monkeypatch):
@@ -744,7 +751,7 @@ def test_calibrate_shows_progress_to_a_person(tmp_path, capsys, data, monkeypatc
     err = capsys.readouterr().err
     assert "calibrate" in err and "stage=" in err and "4/4" in err
     assert "acceptance" in err and "2/2" in err and "positions=" in err
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json", "--overwrite"]) == 0
     assert "stage" not in capsys.readouterr().err
 
 
