@@ -31,6 +31,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def model_name(text: str) -> str:
+    if not text.strip():  # an empty $MODEL in a script: not silently the default model
+        raise argparse.ArgumentTypeError("empty: name a model, or leave --model out")
+    return text
+
+
 def non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -142,6 +148,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--model",
+        type=model_name,
         default=None,
         help="model: qwen2.5-coder-0.5b-instruct (the `qwen` extra), a .gguf file, an mlx-lm / "
         "Hugging Face folder, or a hub id (default: SmolLM2-135M-Instruct Q4_1 from the "

@@ -8,6 +8,8 @@ training data's licences travel with it). Needs neither torch nor PEFT.
 
 from __future__ import annotations
 
+from .args import model_name
+
 HELP = "convert a stream adapter between the PyTorch (PEFT) and MLX formats"
 
 
@@ -17,6 +19,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--to", dest="target", required=True, help="output folder (written atomically)")
     p.add_argument(
         "--model",
+        type=model_name,
         default=None,
         help="the base model to check against (default: the one the adapter names)",
     )

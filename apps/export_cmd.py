@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .args import model_name
+
 HELP = "write the default (or a .gguf) model as an mlx-lm-loadable folder"
 
 
@@ -10,6 +12,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="output folder (written atomically)")
     p.add_argument(
         "--model",
+        type=model_name,
         default=None,
         help="a .gguf file or qwen2.5-coder-0.5b-instruct (default: SmolLM2-135M-Instruct)",
     )

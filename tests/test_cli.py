@@ -147,6 +147,7 @@ def test_prompt_longer_than_context(tiny_folders):
         (["--prompt", "hi", "--compare"], "--compare compares a speculative decoder"),
         (["--prompt", "hi", "--precision", "int3"], "--precision"),
         (["--prompt", "hi", "--no-such-flag"], "unrecognized arguments"),
+        (["--prompt", "hi", "--model", " "], "--model: empty: name a model"),
         ([], "required: --prompt"),
     ],
 )
