@@ -136,6 +136,9 @@ def read_batch(path: str, task) -> list[str]:
     def prompt(row) -> str:
         if not isinstance(row, dict):
             raise BadRow(f"expected an object with {', '.join(task.fields)}")
+        wrong = [f for f in task.fields if not isinstance(row.get(f, ""), str)]
+        if wrong:  # {"mr": 5} is a mistake in the row, not the text "5"
+            raise BadRow(f"{', '.join(wrong)} must be text")
         try:
             return checked_text(task.prompt(**{f: row.get(f, "") for f in task.fields}), "the row")
         except SpecstreamError as exc:

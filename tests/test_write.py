@@ -90,9 +90,14 @@ def test_bad_input_is_one_clear_line(args, stdin, fragment):
 
 def test_malformed_batch_rows_are_reported_by_line(tmp_path):
     rows = tmp_path / "rows.jsonl"
-    rows.write_text('{"question": "q", "context": "CREATE TABLE t (a INT)"}\nnot json\n["x"]\n')
+    rows.write_text(
+        '{"question": "q", "context": "CREATE TABLE t (a INT)"}\nnot json\n["x"]\n'
+        '{"question": 5, "context": "CREATE TABLE t (a INT)"}\n'
+    )
     proc = specstream("write", "sql", "--input", str(rows))
-    assert_clean_error(proc, "line 2: invalid JSON", "line 3: expected an object")
+    assert_clean_error(
+        proc, "line 2: invalid JSON", "line 3: expected an object", "line 4: question must be text"
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     assert_clean_error(specstream("write", "sql", "--input", str(empty)), "no rows in")
