@@ -166,17 +166,19 @@ def batch_loss(
     batch: list[Sequence],
     targets: str = "text",
     alpha_main: float = 1.0,
+    alpha_stream: float = 0.1,
 ) -> Losses:
     """The sum of the sequences' losses, each as sequence_loss gives it (the logged NLLs are
     their means over the sequences), from one pass over them packed end to end: a step then
     launches one pass's kernels, not one pass's per sequence, which is what bounds a GPU step.
     `targets` (lossless only): "text", the tokens themselves, or "self", the frozen base's
-    greedy prediction of each token, as the MLX trainer's --targets."""
+    greedy prediction of each token, as the MLX trainer's --targets. `alpha_stream`: shared
+    mode's weight of the streams' terms (eq. 6: 0.1; with Adam it sets how much of the shared
+    LoRA's update serves the streams, the streams' own parameters being scale-free)."""
     cfg = streams.config
     shared = cfg.mode == "shared"
     if targets not in ("text", "self") or (shared and targets != "text"):
         raise SpecstreamError(f"targets {targets!r}: text, or self in lossless mode")
-    alpha_stream = 0.1  # shared mode's weight of the streams' terms (eq. 6)
     pack = Pack.of(batch)
     t = len(pack.seq)
     ids_t = view.tensor(pack.tree.tokens).long()
@@ -230,6 +232,7 @@ class TrainConfig:
     segment: int = 64  # lossless: stream positions per sequence per step; 0 = all
     targets: str = "text"  # lossless: "self" learns the frozen base's greedy tokens (batch_loss)
     seed: int = 0
+    stream_weight: float = 0.1  # shared mode's alpha_j (eq. 6)
     log_every: int = 10
     checkpoint_every: int = 25
     init: str | None = None  # the adapter folder this run continues (main loads it: --init)
@@ -382,7 +385,7 @@ def train(
                 every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
                 positions = segment(every, cfg.segment, rng)
             batch.append(Sequence(ex.ids, ex.loss_mask, positions))
-        out = batch_loss(view, streams, batch, targets=cfg.targets)
+        out = batch_loss(view, streams, batch, targets=cfg.targets, alpha_stream=cfg.stream_weight)
         (out.total / cfg.batch_size).backward()
         row = {
             "step": step,
@@ -445,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--warmup", type=int, default=10, help="updates of linear warmup")
     p.add_argument(
+        "--stream-weight",
+        type=float,
+        default=0.1,
+        help="shared mode: the streams' loss weight against the main stream's 1 (eq. 6: 0.1)",
+    )
+    p.add_argument(
         "--segment",
         type=int,
         default=64,
@@ -475,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError("--steps, --batch-size and --checkpoint-every must be >= 1")
         if args.warmup < 0 or args.segment < 0:
             raise SpecstreamError("--warmup and --segment must be >= 0")
+        if not 0 < args.stream_weight <= 1:  # also refuses nan
+            raise SpecstreamError(f"--stream-weight must be in (0, 1], got {args.stream_weight}")
         if args.targets != "text" and args.mode != "lossless":
             raise SpecstreamError("--targets self is for lossless mode (shared mode's base moves)")
         base = load_base(args.model, device=args.device)
@@ -505,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             checkpoint_every=args.checkpoint_every,
             init=args.init,
+            stream_weight=args.stream_weight,
         )
         checkpoint = Path(str(args.out).rstrip("/") + ".checkpoint.pt")
         rows = train(

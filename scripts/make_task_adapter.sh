@@ -15,7 +15,8 @@
 # optimizer steps (of batch 4), OUT the adapter folder (its README.md is kept). With ENGINE=torch,
 # INIT=FOLDER continues that adapter instead of starting afresh (convert.torch_train --init), SEED
 # picks another draw of the examples (default 0), LR the streams' peak rate (default 3e-3) and
-# LORA_LR the LoRA's (default 5e-5; 0 freezes the INIT tool's LoRA: only its streams learn, though
+# STREAM_WEIGHT the streams' loss weight against the main stream's 1 (default 0.1, eq. 6: with
+# Adam, how much of the shared LoRA's update serves the streams), LORA_LR the LoRA's (default 5e-5; 0 freezes the INIT tool's LoRA: only its streams learn, though
 # its answers can still move, the main stream attending to the stream rows); with INIT, DISTILL=N
 # first has the INIT tool answer N of the train prompts (`specstream distill --task --adapter`, into
 # RUN_DIR, default ../runs; rerun to resume) and trains on those answers instead of the data set's
@@ -76,6 +77,7 @@ if [ "$which" != "--baseline-only" ] && [ "${ENGINE:-mlx}" = torch ]; then
         "${train_data[@]}" --steps "$steps" --batch-size 4 --max-length "$max_length" \
         --n-msa-layers 8 --gamma 4 --lr "${LR:-3e-3}" --lora-lr "${LORA_LR:-5e-5}" --lora-layers "$lora_layers" \
         --warmup 10 --seed "${SEED:-0}" --checkpoint-every 25 --device "${DEVICE:-cpu}" \
+        --stream-weight "${STREAM_WEIGHT:-0.1}" \
         ${INIT:+--init "$INIT"} --out "${out}_torch"
     ./dev.sh specstream convert --from "${out}_torch" --to "$out" --overwrite --lora-dtype float16
 elif [ "$which" != "--baseline-only" ]; then

@@ -321,6 +321,11 @@ def test_a_packed_batch_gives_each_sequences_loss_and_gradient(pairs, tmp_path, 
         assert packed.prune_nll == pytest.approx(np.mean([a.prune_nll for a in alone]), abs=1e-4)
         if mode == "shared":
             assert packed.main_nll == pytest.approx(np.mean([a.main_nll for a in alone]), abs=1e-4)
+            # --stream-weight: the streams' terms alone change with it
+            lighter = batch_loss(view, streams, batch, targets=targets, alpha_stream=0.05)
+            assert float((packed.total - lighter.total).detach()) == pytest.approx(
+                0.05 * sum(packed.stream_nll) * len(batch), rel=1e-4
+            )
         hits = [
             tuple(map(sum, zip(*h, strict=True)))
             for h in zip(*[a.stream_hits for a in alone], strict=True)
