@@ -142,7 +142,7 @@ steps() {
     local S B MEM AB t p a
 
     # == data2text's next-token baseline with LoRA in every block (issue 20) ==
-    # the baseline trained if missing (about 75 min alone on the Intel instance), then scored
+    # the baseline trained if missing (about 70 min alone at the 5.6 s a step seen on the Intel instance), then scored
     # beside the shipped `data2text` on e2e dev items 0-39 (about 5 min)
     S="data2text's next-token baseline with LoRA in every block"
     step "$S" ensure runs/baselines/data2text_next_token_all env LORA_LAYERS=0 \
