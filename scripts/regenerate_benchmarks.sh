@@ -142,8 +142,8 @@ steps() {
     local S B MEM AB t p a
 
     # == data2text's next-token baseline with LoRA in every block (issue 20) ==
-    # the baseline trained if missing (about 70 min alone at the 5.6 s a step seen on the Intel instance), then scored
-    # beside the shipped `data2text` on e2e dev items 0-39 (about 5 min)
+    # the baseline trained if missing (about 70 min alone at the 5.6 s a step seen on the Intel
+    # instance), then scored beside the shipped `data2text` on e2e dev items 0-39 (about 6 min)
     S="data2text's next-token baseline with LoRA in every block"
     step "$S" ensure runs/baselines/data2text_next_token_all env LORA_LAYERS=0 \
         BASELINE_OUT=runs/baselines/data2text_next_token_all \
