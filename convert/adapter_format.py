@@ -145,6 +145,32 @@ def read_folder(path: str | os.PathLike) -> Folder:
     return folder
 
 
+def is_next_token_folder(path: str | os.PathLike) -> bool:
+    """An MLX LoRA folder without streams (`specstream train --mode next-token`, mlx-lm's layout),
+    such as a writing tool's same-budget next-token baseline."""
+    path = Path(path)
+    if (path / TORCH_CONFIG).is_file() or folder_kind(path) != "mlx":
+        return False
+    return "stream_config" not in _read_json(path / MLX_CONFIG)
+
+
+def read_next_token_lora(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+    """A next-token LoRA folder's config and its LoRA as PEFT tensors (`lora_A.weight` (r, in),
+    `lora_B.weight` (out, r)), for shared-mode training that starts from it."""
+    path = Path(path)
+    config = _checked_base(_read_json(path / MLX_CONFIG), path / MLX_CONFIG)
+    lora, problems = {}, []
+    for name, value in read_tensors(path / MLX_WEIGHTS).items():
+        m = _MLX_LORA.match(MLX_LORA_PREFIX + name)
+        if m is None:
+            problems.append(f"unexpected tensor {name} in {MLX_WEIGHTS}")
+            continue
+        lora[f"{PEFT_PREFIX}{m[1]}.lora_{m[3].upper()}.weight"] = value.T
+    if problems:
+        raise SpecstreamError(f"unreadable LoRA folder {path}: " + "; ".join(_cut(problems)))
+    return config, lora
+
+
 def _companions(path: Path, folder: Folder) -> dict[str, bytes]:
     """The folder's companion files, an acceptance.json only once it reads as statistics of
     the folder's streams (a conversion must not carry what the runtime would refuse)."""

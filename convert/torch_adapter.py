@@ -17,9 +17,11 @@ from .adapter_format import (
     FORMAT_VERSION,
     LORA_MODULES,
     Folder,
+    is_next_token_folder,
     mlx_to_torch,
     peft_config,
     read_folder,
+    read_next_token_lora,
     write_folder,
 )
 from .torch_base import TorchBase
@@ -129,7 +131,12 @@ def _read_for(folder: str | os.PathLike, base: TorchBase) -> Folder:
     src = read_folder(folder)
     if src.kind == "mlx":
         src, _ = mlx_to_torch(src)
-    theirs = src.config.get("base_model", {}).get("fingerprint", {})
+    _check_base(src.config, base, folder)
+    return src
+
+
+def _check_base(config: dict, base: TorchBase, folder: str | os.PathLike) -> None:
+    theirs = config.get("base_model", {}).get("fingerprint", {})
     ours = base.fingerprint()
     problems = [
         f"base {k}: adapter has {theirs.get(k)!r}, model has {ours[k]!r}"
@@ -138,16 +145,18 @@ def _read_for(folder: str | os.PathLike, base: TorchBase) -> Folder:
     ]
     if problems:
         raise SpecstreamError(f"adapter {folder} was made for another base: " + "; ".join(problems))
-    return src
 
 
 def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> dict | None:
     """Training that continues an adapter: its streams' weights into `streams`, and in shared
     mode its LoRA into the base's trainable PEFT layers (add_lora first). The adapter must have
     the same stream settings and tensors; one error lists what differs. Returns the adapter's
-    own training record (None if it has none), so the new one can keep its history."""
+    own training record (None if it has none), so the new one can keep its history. A
+    next-token LoRA folder (no streams) gives shared mode its LoRA alone: `_lora_from`."""
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
+    if is_next_token_folder(folder):
+        return _lora_from(folder, base, streams)
     src = _read_for(folder, base)
     theirs, ours = src.stream_config.to_dict(), streams.config.to_dict()
     drafting = ("top_k", "max_tree_nodes", "prune_threshold")  # how it drafts, not weights
@@ -172,6 +181,36 @@ def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     if streams.config.mode == "shared":
         set_peft_model_state_dict(base.model, {k: tensor(v) for k, v in src.lora.items()})
     return src.config.get("training")
+
+
+def _lora_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> dict | None:
+    """Shared-mode training that starts from a next-token LoRA (`specstream train --mode
+    next-token`, such as a writing tool's same-budget baseline): its LoRA into the base's PEFT
+    layers, the streams as initialised. Same rank, scale and blocks, or one error lists what
+    differs."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    cfg = streams.config
+    if cfg.mode != "shared":
+        raise SpecstreamError(
+            f"{folder} is a LoRA without streams: only --mode shared can start from one"
+        )
+    config, lora = read_next_token_lora(folder)
+    _check_base(config, base, folder)
+    scale = config.get("lora_parameters", {}).get("scale")
+    problems = [] if scale == cfg.lora_scale else [
+        f"lora scale: adapter has {scale!r}, this run {cfg.lora_scale!r}"
+    ]  # fmt: skip
+    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
+    problems += shape_mismatches(expected, {k: tuple(v.shape) for k, v in lora.items()})
+    if problems:
+        raise SpecstreamError(f"cannot start from {folder}: " + "; ".join(problems[:30]))
+    device = next(streams.parameters()).device
+    set_peft_model_state_dict(
+        base.model,
+        {k: torch.from_numpy(np.array(v, dtype=np.float32)).to(device) for k, v in lora.items()},
+    )
+    return config.get("training")
 
 
 def expected_lora(

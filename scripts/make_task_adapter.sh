@@ -13,7 +13,8 @@
 # --lora-dtype float16`: half the file, the same greedy output on 48 dev prompts of each shipped
 # tool: docs/BENCHMARKS.md). LORA_LAYERS overrides the task's LoRA depth (0: every block), STEPS its
 # optimizer steps (of batch 4), OUT the adapter folder (its README.md is kept). With ENGINE=torch,
-# INIT=FOLDER continues that adapter instead of starting afresh (convert.torch_train --init), SEED
+# INIT=FOLDER continues that adapter instead of starting afresh (convert.torch_train --init; a
+# next-token LoRA folder, the --baseline run's, gives its LoRA alone, the streams fresh), SEED
 # picks another draw of the examples (default 0), LR the streams' peak rate (default 3e-3) and
 # STREAM_WEIGHT the streams' loss weight against the main stream's 1 (default 0.1, eq. 6: with
 # Adam, how much of the shared LoRA's update serves the streams), LORA_LR the LoRA's (default 5e-5; 0 freezes the INIT tool's LoRA: only its streams learn, though

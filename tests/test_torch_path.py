@@ -1030,6 +1030,48 @@ def test_torch_train_continues_an_adapter(pairs, trained, tmp_path, capsys, data
     assert "cannot continue" in err and "n_msa_layers" in err and not (tmp_path / "o").exists()
 
 
+def test_torch_train_starts_streams_on_a_next_token_lora(pairs, trained, tmp_path, capsys, data):
+    """`--init` a next-token LoRA folder (`specstream train --mode next-token`, the writing tools'
+    same-budget baseline): shared training starts from its LoRA, frozen at LoRA rate 0 (the
+    two-stage recipe: the baseline's LoRA, streams trained on it), with streams as initialised;
+    a LoRA of another rank or scale, or lossless mode, is refused before any training."""
+    from convert import torch_train
+
+    loaded, _ = pairs["llama"]
+    rows = tmp_path / "train.csv"  # two short E2E rows (the header, then the rows)
+    rows.write_text("".join((data / "e2e" / "train.csv").read_text().splitlines(True)[:3]))
+    lora = tmp_path / "next_token"
+    common = ["--model", str(loaded.path), "--data", str(rows), "--task", "data2text",
+              "--batch-size", "1", "--max-length", "200"]  # fmt: skip
+    mlx_train = ["train", "--mode", "next-token", *common, "--val", str(rows)]
+    assert cli([*mlx_train, "--steps", "2", "--out", str(lora)]) == 0
+    weights = af.read_tensors(lora / af.MLX_WEIGHTS)
+    argv = [*common, "--steps", "1", "--gamma", "3", "--n-msa-layers", "2", "--device", "cpu",
+            "--lora-lr", "0", "--mode", "shared"]  # fmt: skip
+    out, fresh = tmp_path / "two_stage", tmp_path / "fresh"
+    assert torch_train.main([*argv, "--lr", "0", "--init", str(lora), "--out", str(fresh)]) == 0
+    assert torch_train.main([*argv, "--init", str(lora), "--out", str(out)]) == 0
+    for folder in (fresh, out):
+        peft = af.read_folder(folder).lora
+        assert len(peft) == len(weights)
+        for name, value in weights.items():  # mlx-lm's lora_a (in, r) is PEFT's lora_A (r, in)
+            m = name.rsplit(".lora_", 1)
+            key = f"{af.PEFT_PREFIX}{m[0]}.lora_{m[1].upper()}.weight"
+            assert np.array_equal(peft[key], value.T), key
+    record = json.loads((out / af.TORCH_CONFIG).read_text())["training"]
+    assert record["init"] == str(lora) and record["continues"]["train_config"]["steps"] == 2
+    started, trained_streams = af.read_folder(fresh).tensors, af.read_folder(out).tensors
+    assert not all(np.array_equal(started[k], trained_streams[k]) for k in started)
+    ranked = tmp_path / "r4"
+    assert cli([*mlx_train, "--steps", "1", "--lora-rank", "4", "--out", str(ranked)]) == 0
+    for bad, message in (
+        ([*argv, "--init", str(ranked)], "lora_A.weight: shape [4,"),
+        ([*argv[:-1], "lossless", "--init", str(lora)], "only --mode shared"),
+    ):
+        assert torch_train.main([*bad, "--out", str(tmp_path / "no")]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "no").exists()
+
+
 def test_torch_speculative_sampling_equals_plain_sampling(pairs, trained):
     """The torch decoder samples by the same tree rejection sampling: its first three tokens are
     distributed as plain sampling's under transformers' own forward (exact table), and a seed
