@@ -83,6 +83,11 @@ class Message(BaseModel):
         return {"role": "system" if self.role == "developer" else self.role, "content": content}
 
 
+class StreamOptions(BaseModel):
+    model_config = STRICT
+    include_usage: bool = False  # usage rides on the last chunk either way
+
+
 class _Common(BaseModel):
     model_config = STRICT
     model: str | None = None
@@ -94,6 +99,7 @@ class _Common(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     seed: int | None = Field(default=None, ge=0, lt=2**63)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None  # refused when given: not supported yet
     # OpenAI fields that would change the answer and are not supported: refused when they ask

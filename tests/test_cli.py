@@ -314,6 +314,7 @@ def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base
         ({"format_version": "1"}, "format_version '1'"),
         ({"stream_config": None}, "no stream_config"),
         ({"stream_config": "x"}, "stream_config must be an object"),
+        ({"stream_config": {"gamma": 2, "n_msa_layers": 2, "gama": 3}}, "field(s) gama"),
     ],
 )
 def test_adapter_config_of_another_format_is_named(tmp_path, tiny_folders, change, message):

@@ -119,7 +119,11 @@ def test_chat_completion_per_request_adapter_lossless(client):
 def test_streaming_equals_plain_and_ends_with_usage(client):
     whole = chat(client, QUESTION, adapter="chat")
     stream = client.chat.completions.create(
-        model="chat", messages=QUESTION, max_tokens=24, stream=True
+        model="chat",
+        messages=QUESTION,
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -175,6 +179,8 @@ def test_text_completions_plain_and_streamed(client):
          "max_tokens: Input should be a valid integer"),
         ("/v1/chat/completions", {"messages": QUESTION, "stream": "yes"}, None, KEY, 422,
          "stream: Input should be a valid boolean"),
+        ("/v1/chat/completions", {"messages": QUESTION, "stream": True, "stream_options": 5},
+         None, KEY, 422, "stream_options: Input should be"),
         ("/v1/chat/completions", None, b'{"messages": [{"role": "user", "content": "hi"}], '
          b'"temperature": NaN}', KEY, 422, "temperature: Input should be a finite number"),
         ("/v1/nothing", {}, None, KEY, 404, "no route"),

@@ -282,7 +282,7 @@ def test_checkpoints_of_older_versions_resume(tiny, data_file, tmp_path):
         train(tiny, params_for(tiny), data, data.examples[:2], tmp_path / "r", other, QUIET)
 
 
-@pytest.mark.parametrize("damage", ["progress", "params", "optimizer"])
+@pytest.mark.parametrize("damage", ["progress", "step", "params", "optimizer"])
 def test_a_broken_checkpoint_is_one_clear_error(tiny, data_file, tmp_path, damage):
     data = load_dataset(data_file, tiny.tokenizer, 128)
     cfg = TrainConfig(steps=4, batch_size=2, checkpoint_every=1, val_every=99)
@@ -291,6 +291,9 @@ def test_a_broken_checkpoint_is_one_clear_error(tiny, data_file, tmp_path, damag
     folder = tmp_path / "r.checkpoint"
     if damage == "progress":
         (folder / "progress.json").write_text("[]")
+    elif damage == "step":  # past the run's last step: nothing would train or validate
+        progress = json.loads((folder / "progress.json").read_text())
+        (folder / "progress.json").write_text(json.dumps({**progress, "step": 9999}))
     elif damage == "params":
         (folder / "params.safetensors").write_bytes(b"\x00" * 10)
     else:

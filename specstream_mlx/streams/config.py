@@ -126,7 +126,10 @@ class StreamConfig:
         known = {f.name for f in fields(cls)}
         if data.get("mode") == "shared":  # adapters made before these fields existed
             data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
-        out = {k: v for k, v in data.items() if k in known and k != "tree"}
+        unknown = sorted(set(data) - known - {"tree"})
+        if unknown:  # a typo would otherwise fall back to a default silently
+            raise ValueError(f"unknown stream_config field(s) {', '.join(map(str, unknown))}")
+        out = {k: v for k, v in data.items() if k != "tree"}
         for name in ("lora_blocks", "draft_vocab"):
             if isinstance(out.get(name), list):
                 out[name] = tuple(out[name])

@@ -186,9 +186,9 @@ class Checkpoint:
         try:
             progress = json.loads((self.path / "progress.json").read_text())
         except ValueError as exc:
-            raise self._unreadable(exc) from None
+            raise self.unreadable(exc) from None
         if not isinstance(progress, dict) or not isinstance(progress.get("step"), int):
-            raise self._unreadable("progress.json holds no step count")
+            raise self.unreadable("progress.json holds no step count")
         return progress
 
     def load(self, module, optimizer) -> dict:
@@ -197,11 +197,11 @@ class Checkpoint:
             state = mx.load(str(self.path / "optimizer.safetensors"))
             module.update(tree_unflatten(list(params.items())))
         except Exception as exc:  # mlx: RuntimeError/ValueError on a missing or broken file
-            raise self._unreadable(exc) from None
+            raise self.unreadable(exc) from None
         optimizer.state = tree_unflatten(list(state.items()))
         return self.progress()
 
-    def _unreadable(self, why) -> SpecstreamError:
+    def unreadable(self, why) -> SpecstreamError:
         return SpecstreamError(
             f"unreadable checkpoint {self.path} ({why}): remove it to train from the start"
         )
@@ -634,6 +634,8 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
     optimizer = make_optimizer(cfg, progress["embedding_scale"])
     if checkpoint.exists():
         saved = checkpoint.progress()
+        if not 0 <= saved["step"] <= cfg.steps:
+            raise checkpoint.unreadable(f"it is at step {saved['step']} of {cfg.steps}")
         # settings added since the checkpoint was made ran as their defaults then
         made_with = {**asdict(TrainConfig()), **(saved.get("train_config") or {})}
         made_what = _streams_then(saved.get("stream_config"), what)
