@@ -197,7 +197,8 @@ def _lora_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
         )
     config, lora = read_next_token_lora(folder)
     _check_base(config, base, folder)
-    scale = config.get("lora_parameters", {}).get("scale")
+    params = config.get("lora_parameters")
+    scale = params.get("scale") if isinstance(params, dict) else None
     problems = [] if scale == cfg.lora_scale else [
         f"lora scale: adapter has {scale!r}, this run {cfg.lora_scale!r}"
     ]  # fmt: skip
