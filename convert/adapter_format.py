@@ -171,6 +171,21 @@ def read_next_token_lora(path: str | os.PathLike) -> tuple[dict, dict[str, np.nd
     return config, lora
 
 
+def next_token_folder(config: dict, peft_lora: dict[str, np.ndarray]) -> Folder:
+    """The MLX next-token LoRA folder (mlx-lm's layout, as `specstream train --mode next-token`
+    writes it) of PEFT LoRA tensors: the inverse of `read_next_token_lora`."""
+    tensors, problems = {}, []
+    for name, value in peft_lora.items():
+        m = _PEFT_LORA.match(name)
+        if m is None:
+            problems.append(f"unexpected LoRA tensor {name}")
+            continue
+        tensors[f"{m[1]}.lora_{m[3].lower()}"] = value.T
+    if problems:
+        raise SpecstreamError("cannot write the LoRA: " + "; ".join(_cut(problems)))
+    return Folder("mlx", config, tensors)
+
+
 def _companions(path: Path, folder: Folder) -> dict[str, bytes]:
     """The folder's companion files, an acceptance.json only once it reads as statistics of
     the folder's streams (a conversion must not carry what the runtime would refuse)."""

@@ -19,6 +19,7 @@ from .adapter_format import (
     Folder,
     is_next_token_folder,
     mlx_to_torch,
+    next_token_folder,
     peft_config,
     read_folder,
     read_next_token_lora,
@@ -86,6 +87,31 @@ def save_torch_adapter(
         **(extra or {}),
     }
     return write_folder(folder, Folder("torch", config, tensors, lora, peft), overwrite)
+
+
+def save_next_token_lora(
+    folder: str | os.PathLike,
+    base: TorchBase,
+    cfg: StreamConfig,
+    extra: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write the base's PEFT LoRA alone (the next-token baseline, `--mode next-token`) as the MLX
+    trainer writes it: an mlx-lm adapter folder that `specstream bench --lora`, `mlx_lm` and
+    `convert.torch_train --init` read. `cfg` holds the LoRA's rank, scale and blocks."""
+    from peft import get_peft_model_state_dict
+
+    n_layers = base.config["num_hidden_layers"]
+    lora = {k: _numpy(v.float()) for k, v in get_peft_model_state_dict(base.model).items()}
+    config = {
+        "fine_tune_type": "lora",  # mlx-lm's adapter_config.json fields
+        "num_layers": n_layers if cfg.lora_blocks is None else len(cfg.lora_blocks),
+        "lora_parameters": {"rank": cfg.lora_rank, "scale": cfg.lora_scale, "dropout": 0.0},
+        "format_version": FORMAT_VERSION,
+        "base_model": {"name": base.name, "fingerprint": base.fingerprint()},
+        **(extra or {}),
+    }
+    return write_folder(folder, next_token_folder(config, lora), overwrite)
 
 
 def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStreams:

@@ -4,7 +4,9 @@ MLX trainer computes it (specstream_mlx/training/forward.py):
 - lossless: the base is frozen; every position with a stream target carries gamma streams in the
   MSA layers; loss = sum_j NLL(stream j) + the pruning head's next-token NLL;
 - shared: PEFT LoRA on every linear layer of every block, trained with the streams; loss =
-  NLL(main stream) + 0.1 * sum_j NLL(stream j) + the pruning head's NLL.
+  NLL(main stream) + 0.1 * sum_j NLL(stream j) + the pruning head's NLL;
+- next-token: the paper's "Baseline", the same LoRA trained on the model's next-token NLL alone
+  (no streams), written as the MLX trainer's next-token folder (mlx-lm's LoRA layout).
 
 Data: the MLX trainer's jsonl shapes and writing-tool tasks (specstream_mlx.training.data, which
 is mlx-free). Writes a PyTorch adapter folder; `specstream convert` turns it into an MLX one.
@@ -35,7 +37,7 @@ from specstream_mlx.training.positions import (
     stream_positions,
 )
 
-from .torch_adapter import add_lora, save_torch_adapter, start_from
+from .torch_adapter import add_lora, save_next_token_lora, save_torch_adapter, start_from
 from .torch_base import ChatTokenizer, TorchBase, load_base
 from .torch_streams import TorchStreams, View, chain, lower_layers, msa_layers
 
@@ -212,14 +214,30 @@ def batch_loss(
     total = total + prune.sum()
     main_nll = None
     if shared:
-        rows = np.nonzero(nexts)[0]
-        r = view.tensor(rows).long()
-        nll = F.cross_entropy(view.head(x[0, r]).float(), ids_t[r + 1], reduction="none")
-        main = _per_sequence(view, pack, nll, rows)
+        main = _main_term(view, pack, x[0, :t], ids_t)
         total = total + alpha_main * main.sum()
         main_nll = float(main.detach().mean())
     stream_nll = terms.detach().mean(1).tolist()
     return Losses(total, stream_nll, float(prune.detach().mean()), main_nll, hits)
+
+
+def _main_term(view: View, pack: Pack, hidden: torch.Tensor, ids_t) -> torch.Tensor:
+    """(n,): each sequence's mean next-token NLL of its targets from the main rows' last hidden
+    states (T, d)."""
+    rows = np.nonzero(pack.targets(np.arange(len(pack.seq)), 1))[0]  # row r predicts r + 1
+    r = view.tensor(rows).long()
+    nll = F.cross_entropy(view.head(hidden[r]).float(), ids_t[r + 1], reduction="none")
+    return _per_sequence(view, pack, nll, rows)
+
+
+def next_token_loss(view: View, batch: list[Sequence]) -> Losses:
+    """The next-token LoRA baseline's loss (`--mode next-token`, the MLX trainer's `next-token`
+    mode): the sum of the sequences' mean next-token NLLs under the model and its LoRA, from one
+    packed pass; no streams."""
+    pack = Pack.of(batch)
+    hidden = lower_layers(view, len(view.layers), pack.tree, None, 0)[0]
+    main = _main_term(view, pack, hidden, view.tensor(pack.tree.tokens).long())
+    return Losses(main.sum(), [], 0.0, float(main.detach().mean()), [])
 
 
 @dataclass
@@ -292,7 +310,8 @@ def _adapter_output(name: str) -> bool:
 def _run_identity(streams, cfg: TrainConfig, examples) -> tuple:
     """What a checkpoint must share with the run that resumes it."""
     settings = {k: v for k, v in asdict(cfg).items() if k not in ("log_every", "checkpoint_every")}
-    return streams.config.to_dict(), settings, [len(e.ids) for e in examples]
+    what = streams.config.to_dict() if streams is not None else "next-token"
+    return what, settings, [len(e.ids) for e in examples]
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
@@ -305,14 +324,16 @@ def _save_checkpoint(path: Path, state: dict) -> None:
 
 def train(
     base: TorchBase,
-    streams: TorchStreams,
+    streams: TorchStreams | None,
     examples: list,
     cfg: TrainConfig,
     log=None,
     checkpoint: str | os.PathLike | None = None,
 ) -> list[dict]:
     """AdamW with warmup and linear decay over `examples` (objects with ids and loss_mask). In
-    shared mode the base must already carry its LoRA layers (add_lora). Returns the log rows.
+    shared mode the base must already carry its LoRA layers (add_lora); with `streams` None the
+    run is the next-token baseline (next_token_loss: the LoRA alone trains, as the MLX trainer's
+    `train(loaded, None, ...)`). Returns the log rows.
 
     With `checkpoint` (a file), the whole training state is saved there every
     `checkpoint_every` steps, and a run that finds one resumes from it: an interrupted run
@@ -320,26 +341,13 @@ def train(
     loss stops before the optimizer step, leaving the last good checkpoint."""
     if not examples:
         raise SpecstreamError("no training examples")
-    shared = streams.config.mode == "shared"
+    shared = streams is None or streams.config.mode == "shared"  # the LoRA trains
     view = View(base.model)
-    n_low = len(view.layers) - streams.config.n_msa_layers
-    scale = hidden_scale(view, n_low, examples[:8])
-    residual = [
-        p for n, p in streams.named_parameters() if n == "stream_embeddings" or _adapter_output(n)
-    ]
-    rest = [
-        p
-        for n, p in streams.named_parameters()
-        if not (n == "stream_embeddings" or _adapter_output(n))
-    ]
-    groups = [
-        {"params": residual, "lr": cfg.learning_rate * scale},
-        {"params": rest, "lr": cfg.learning_rate},
-    ]
+    groups = [] if streams is None else _stream_groups(view, streams, examples, cfg)
     if shared:
         lora = list(_lora_params(base.model).values())
         if not lora:
-            raise SpecstreamError("shared mode trains the base's LoRA layers: call add_lora first")
+            raise SpecstreamError("the run trains the base's LoRA layers: call add_lora first")
         for p in lora:
             p.requires_grad_(True)
         groups.append({"params": lora, "lr": cfg.lora_learning_rate})
@@ -348,7 +356,8 @@ def train(
     rng = np.random.RandomState(cfg.seed)
     torch.manual_seed(cfg.seed)
     base.model.train(False)  # no dropout anywhere: LoRA dropout is 0
-    streams.train()
+    if streams is not None:
+        streams.train()
     order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
@@ -359,7 +368,8 @@ def train(
                 f"checkpoint {checkpoint} is of another run (config or data differ): "
                 "remove it to start over"
             )
-        streams.load_state_dict(state["streams"])
+        if streams is not None:
+            streams.load_state_dict(state["streams"])
         with torch.no_grad():
             for name, p in _lora_params(base.model).items():
                 p.copy_(state["lora"][name])
@@ -381,11 +391,14 @@ def train(
             ex = examples[order[cursor]]
             cursor += 1
             positions = None
-            if not shared:
+            if not shared:  # lossless
                 every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
                 positions = segment(every, cfg.segment, rng)
             batch.append(Sequence(ex.ids, ex.loss_mask, positions))
-        out = batch_loss(view, streams, batch, targets=cfg.targets, alpha_stream=cfg.stream_weight)
+        if streams is None:
+            out = next_token_loss(view, batch)
+        else:
+            out = batch_loss(view, streams, batch, cfg.targets, alpha_stream=cfg.stream_weight)
         (out.total / cfg.batch_size).backward()
         row = {
             "step": step,
@@ -408,7 +421,7 @@ def train(
                 {
                     "config": _run_identity(streams, cfg, examples),
                     "step": step,
-                    "streams": streams.state_dict(),
+                    "streams": streams.state_dict() if streams is not None else {},
                     "lora": {n: p.detach().clone() for n, p in _lora_params(base.model).items()},
                     "optimizer": optimizer.state_dict(),
                     "numpy_rng": rng.get_state(),
@@ -420,8 +433,23 @@ def train(
             )
         if log is not None and (step % cfg.log_every == 0 or step == cfg.steps):
             log(row)
-    streams.eval()
+    if streams is not None:
+        streams.eval()
     return rows
+
+
+def _stream_groups(view: View, streams: TorchStreams, examples: list, cfg: TrainConfig):
+    """The streams' optimizer groups: the parameters that write into the residual stream at a
+    rate scaled by the hidden state's size, the rest at the streams' rate."""
+    n_low = len(view.layers) - streams.config.n_msa_layers
+    scale = hidden_scale(view, n_low, examples[:8])
+    named = list(streams.named_parameters())
+    residual = [p for n, p in named if n == "stream_embeddings" or _adapter_output(n)]
+    rest = [p for n, p in named if not (n == "stream_embeddings" or _adapter_output(n))]
+    return [
+        {"params": residual, "lr": cfg.learning_rate * scale},
+        {"params": rest, "lr": cfg.learning_rate},
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,7 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", choices=["summarize", "data2text", "sql"], default=None)
     p.add_argument("--out", required=True, help="the PyTorch adapter folder to write")
     p.add_argument("--model", default=None, help="HF folder, hub id or .gguf (default: SmolLM2)")
-    p.add_argument("--mode", choices=["lossless", "shared"], default="lossless")
+    p.add_argument(
+        "--mode",
+        choices=["lossless", "shared", "next-token"],
+        default="lossless",
+        help="next-token: the LoRA baseline alone, no streams, written as an MLX LoRA folder",
+    )
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--n-msa-layers", type=int, default=4)
     p.add_argument("--rank", type=int, default=8, help="stream adapter rank (MLX train's --rank)")
@@ -444,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         "--lora-layers",
         type=int,
         default=0,
-        help="shared mode: LoRA in the top N blocks only, as MLX's train --lora-layers (0: all)",
+        help="shared and next-token modes: LoRA in the top N blocks only, as MLX's train "
+        "--lora-layers (0: all)",
     )
     p.add_argument("--warmup", type=int, default=10, help="updates of linear warmup")
     p.add_argument(
@@ -477,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         help="continue training this adapter folder (PyTorch or MLX, same settings)",
     )
     args = p.parse_args(argv)
+    next_token = args.mode == "next-token"
     try:
         if Path(args.out).exists() and not args.overwrite:
             raise SpecstreamError(f"output folder exists: {args.out} (pass --overwrite)")
@@ -488,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError(f"--stream-weight must be in (0, 1], got {args.stream_weight}")
         if args.targets != "text" and args.mode != "lossless":
             raise SpecstreamError("--targets self is for lossless mode (shared mode's base moves)")
+        if next_token and args.init is not None:
+            raise SpecstreamError("--init continues a stream adapter: lossless or shared mode")
         base = load_base(args.model, device=args.device)
         tokenizer = ChatTokenizer(base.tokenizer)
         data = load_dataset(args.data, tokenizer, args.max_length, task=args.task)
@@ -496,13 +533,16 @@ def main(argv: list[str] | None = None) -> int:
             gamma=args.gamma,
             n_msa_layers=args.n_msa_layers,
             stream_adapter_rank=args.rank,
-            mode=args.mode,
+            mode="shared" if next_token else args.mode,  # next-token: its LoRA settings alone
             lora_blocks=_top_blocks(args, base.config["num_hidden_layers"]),
         )
-        config.validate(base.config["num_hidden_layers"])
+        if not next_token:  # whose LoRA settings _top_blocks and add_lora check
+            config.validate(base.config["num_hidden_layers"])
         torch.manual_seed(args.seed)
-        streams = TorchStreams(config, base.config["hidden_size"]).to(base.device)
-        if args.mode == "shared":
+        streams = None if next_token else TorchStreams(config, base.config["hidden_size"])
+        if streams is not None:
+            streams.to(base.device)
+        if config.mode == "shared":
             add_lora(base, config)
         continued = start_from(args.init, base, streams) if args.init is not None else None
         cfg = TrainConfig(
@@ -532,12 +572,18 @@ def main(argv: list[str] | None = None) -> int:
         extra["training"]["last"] = rows[-1]
         if continued is not None:  # the continued adapter's record: rounds keep their history
             extra["training"]["continues"] = continued
-        out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
+        if next_token:
+            out = save_next_token_lora(args.out, base, config, extra, overwrite=args.overwrite)
+        else:
+            out = save_torch_adapter(args.out, streams, base, extra, overwrite=args.overwrite)
         checkpoint.unlink(missing_ok=True)  # the adapter is written: nothing left to resume
     except SpecstreamError as exc:
         print(f"convert.torch_train: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} (for the Mac: specstream convert --from {out} --to {out}-mlx)")
+    if next_token:  # already the MLX trainer's layout
+        print(f"wrote {out} (an MLX LoRA folder: specstream bench --lora {out})")
+    else:
+        print(f"wrote {out} (for the Mac: specstream convert --from {out} --to {out}-mlx)")
     return 0
 
 
@@ -545,11 +591,12 @@ def _top_blocks(args, n_layers: int) -> tuple[int, ...] | None:
     """The blocks --lora-layers puts LoRA in (None: every block)."""
     if not args.lora_layers:
         return None
-    if args.mode != "shared":
-        raise SpecstreamError("--lora-layers is for shared mode's LoRA")
-    if not args.n_msa_layers <= args.lora_layers <= n_layers:
+    if args.mode == "lossless":
+        raise SpecstreamError("--lora-layers is for the LoRA of shared and next-token modes")
+    low = 1 if args.mode == "next-token" else args.n_msa_layers
+    if not low <= args.lora_layers <= n_layers:
         raise SpecstreamError(
-            f"--lora-layers must be in [{args.n_msa_layers}, {n_layers}] (at least the MSA "
+            f"--lora-layers must be in [{low}, {n_layers}] (shared mode: at least the MSA "
             f"layers), got {args.lora_layers}"
         )
     return tuple(range(n_layers - args.lora_layers, n_layers))

@@ -243,6 +243,35 @@ def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):
         remove_torch_lora(base)
 
 
+def test_next_token_loss_equals_the_mlx_trainers(pairs, tmp_path):
+    """`--mode next-token` (the LoRA baseline) scores two sequences packed into one pass as the
+    MLX trainer's next-token loss scores each alone, on the same LoRA."""
+    from convert.torch_adapter import remove_lora as remove_torch_lora
+    from convert.torch_train import Sequence, next_token_loss
+    from specstream_mlx.training import forward
+
+    loaded, base = pairs["llama"]
+    folder, _ = mlx_adapter(loaded, tmp_path / "a", "shared", seed=2, gamma=3, n_msa_layers=2)
+    load_adapter(folder, loaded)
+    load_torch_adapter(folder, base)
+    try:
+        rng = np.random.RandomState(1)
+        batch = [
+            Sequence(rng.randint(0, 250, size=n).tolist(), [False] * 6 + [True] * (n - 6))
+            for n in (17, 25)
+        ]
+        theirs = [
+            float(forward.next_token_loss(loaded.model, s.ids, s.loss_mask)[0]) for s in batch
+        ]
+        with torch.no_grad():
+            ours = next_token_loss(View(base.model), batch)
+        assert float(ours.total) == pytest.approx(sum(theirs), abs=1e-4)
+        assert ours.main_nll == pytest.approx(np.mean(theirs), abs=1e-4) and not ours.stream_nll
+    finally:
+        remove_lora(loaded.model)
+        remove_torch_lora(base)
+
+
 def test_torch_optimizer_takes_the_mlx_trainers_steps():
     """The torch trainer's AdamW, under its per-step rates, moves a parameter as the MLX
     trainer's optimizer does (schedule and MLX's Adam without bias correction) over the same
@@ -1062,6 +1091,24 @@ def test_torch_train_starts_streams_on_a_next_token_lora(pairs, trained, tmp_pat
     assert record["init"] == str(lora) and record["continues"]["train_config"]["steps"] == 2
     started, trained_streams = af.read_folder(fresh).tensors, af.read_folder(out).tensors
     assert not all(np.array_equal(started[k], trained_streams[k]) for k in started)
+    ours = tmp_path / "torch_next_token"  # the same baseline from the PyTorch trainer
+    lora_only = [*common, "--steps", "2", "--mode", "next-token", "--device", "cpu"]
+    assert torch_train.main([*lora_only, "--lora-lr", "1e-2", "--out", str(ours)]) == 0
+    assert "specstream bench --lora" in capsys.readouterr().out
+    config = json.loads((ours / af.MLX_CONFIG).read_text())
+    assert config["fine_tune_type"] == "lora" and "stream_config" not in config
+    mine = ss.load(str(loaded.path), adapter=str(ours))  # the MLX runtime reads it, fused
+    peft = tmp_path / "peft"  # and its LoRA on the torch base computes the same logits
+    assert torch_train.main([*argv, "--lr", "0", "--init", str(ours), "--out", str(peft)]) == 0
+    torch_base = load_base(str(loaded.path))
+    load_torch_adapter(peft, torch_base)
+    ids = [1, 5, 9, 13, 2, 7]
+    with torch.no_grad():
+        logits = torch_base.model(torch.tensor([ids])).logits[0].numpy()
+    assert np.allclose(np.array(mine.model(mx.array([ids]))[0]), logits, atol=1e-4)
+    assert not np.allclose(np.array(ss.load(str(loaded.path)).model(mx.array([ids]))[0]), logits)
+    assert torch_train.main([*lora_only, "--init", str(lora), "--out", str(tmp_path / "no")]) == 2
+    assert "--init continues a stream adapter" in capsys.readouterr().err
     ranked = tmp_path / "r4"
     assert cli([*mlx_train, "--steps", "1", "--lora-rank", "4", "--out", str(ranked)]) == 0
     for bad, message in (
