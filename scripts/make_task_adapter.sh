@@ -33,7 +33,9 @@
 # and the acceptance statistics measured (`calibrate --measure-acceptance --overwrite`, dev items 40-87);
 # PARENT_RANK=0 skips it.
 # The baseline goes to BASELINE_OUT (default runs/TASK_next_token); LORA_LAYERS sets its LoRA
-# depth too (0: every block, as the shipped tools have).
+# depth too (0: every block, as the shipped tools have); with ENGINE=torch it is trained by
+# `convert.torch_train --mode next-token` (the same MLX folder; checkpoint beside it, rerun to
+# resume; the trainer the shipped tools came from).
 # Data: ../shared/data (SPECSTREAM_DATA overrides), each task's train split in the writing tool's
 # prompt template. Both runs resume from their .checkpoint/ folder after an interruption.
 set -euo pipefail
@@ -125,6 +127,13 @@ rm -f "$readme"
 if [ -n "$which" ]; then
     baseline=${BASELINE_OUT:-runs/${task}_next_token}
     mkdir -p "$(dirname "$baseline")"
-    ./dev.sh specstream train --mode next-token "${common[@]}" --out "$baseline" \
-        --val-every 50 --checkpoint-every 10
+    if [ "${ENGINE:-mlx}" = torch ]; then  # the same folder from the PyTorch trainer
+        [ -d "$baseline" ] || ./dev.sh python -m convert.torch_train --mode next-token \
+            --task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4 \
+            --max-length "$max_length" --lora-lr 5e-5 --lora-layers "$lora_layers" --warmup 10 \
+            --seed 0 --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$baseline"
+    else
+        ./dev.sh specstream train --mode next-token "${common[@]}" --out "$baseline" \
+            --val-every 50 --checkpoint-every 10
+    fi
 fi
