@@ -141,6 +141,17 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == The next-token baseline in PyTorch (issue 20) ==
+    # 12 steps of each next-token trainer on sql's recipe (about 1 and 4 min); the table is read
+    # off the torch log's last `seconds` and the MLX folder's training.seconds
+    S="The next-token baseline in PyTorch"
+    step "$S" ./dev.sh python -m convert.torch_train --mode next-token --task sql \
+        --data "$D/sql/train.jsonl" --steps 12 --batch-size 4 --max-length 320 --lora-lr 5e-5 \
+        --warmup 10 --seed 0 --device cpu --out runs/speed/torch_sql --overwrite
+    step "$S" ./dev.sh specstream train --mode next-token --task sql \
+        --data "$D/sql/train.jsonl" --steps 12 --batch-size 4 --max-length 320 --lora-rank 8 \
+        --lora-lr 5e-5 --lora-layers 0 --warmup 10 --seed 0 --out runs/speed/mlx_sql --overwrite
+
     # == data2text's next-token baseline with LoRA in every block (issue 20) ==
     # the baseline trained if missing (about 70 min alone at the 5.6 s a step seen on the Intel
     # instance), then scored beside the shipped `data2text` on e2e dev items 0-39 (about 6 min)
