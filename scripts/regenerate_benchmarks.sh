@@ -151,6 +151,14 @@ steps() {
     step "$S" ./dev.sh specstream train --mode next-token --task sql \
         --data "$D/sql/train.jsonl" --steps 12 --batch-size 4 --max-length 320 --lora-rank 8 \
         --lora-lr 5e-5 --lora-layers 0 --warmup 10 --seed 0 --out runs/speed/mlx_sql --overwrite
+    # sql's baseline from the torch trainer (about 33 min) scored on 100 dev rows (about 11 min)
+    step "$S" ensure runs/baselines/sql_next_token_all_torch env ENGINE=torch LORA_LAYERS=0 \
+        BASELINE_OUT=runs/baselines/sql_next_token_all_torch \
+        scripts/make_task_adapter.sh sql --baseline-only
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --adapter sql --methods ar,lora --lora runs/baselines/sql_next_token_all_torch \
+        --limit 100 --max-tokens 64 --json $R/quality_sql_next_token_torch_100.json \
+        --markdown $R/quality_sql_next_token_torch_100.md
 
     # == data2text's next-token baseline with LoRA in every block (issue 20) ==
     # the baseline trained if missing (about 70 min alone at the 5.6 s a step seen on the Intel
