@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m convert.torch_train", description=__doc__)
     p.add_argument("--data", required=True, help="jsonl file, or a data file with --task")
     p.add_argument("--task", choices=["summarize", "data2text", "sql"], default=None)
-    p.add_argument("--out", required=True, help="the PyTorch adapter folder to write")
+    p.add_argument("--out", required=True, help="adapter folder to write (next-token: an MLX one)")
     p.add_argument("--model", default=None, help="HF folder, hub id or .gguf (default: SmolLM2)")
     p.add_argument(
         "--mode",
