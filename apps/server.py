@@ -117,10 +117,8 @@ class _Common(BaseModel):
     functions: object = None
 
 
-UNSUPPORTED = (
-    "logprobs", "top_logprobs", "echo", "suffix", "best_of", "logit_bias", "presence_penalty",
-    "frequency_penalty", "response_format", "tools", "functions",
-)  # fmt: skip
+# the fields above typed `object`: named once, there
+UNSUPPORTED = tuple(name for name, f in _Common.model_fields.items() if f.annotation is object)
 
 
 def _asks(name: str, value) -> bool:

@@ -46,7 +46,6 @@ from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.folders import staged_folder
 from specstream_mlx.streams.config import StreamConfig
 
-FORMAT_VERSION = 1
 TORCH_STREAMS, TORCH_CONFIG = "streams.safetensors", "stream_config.json"
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 MLX_WEIGHTS, MLX_CONFIG = "adapters.safetensors", "adapter_config.json"

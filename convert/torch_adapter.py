@@ -11,10 +11,9 @@ import numpy as np
 import torch
 
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.config import FORMAT_VERSION, StreamConfig, next_token_config
 
 from .adapter_format import (
-    FORMAT_VERSION,
     LORA_MODULES,
     Folder,
     is_next_token_folder,
@@ -103,15 +102,10 @@ def save_next_token_lora(
 
     n_layers = base.config["num_hidden_layers"]
     lora = {k: _numpy(v.float()) for k, v in get_peft_model_state_dict(base.model).items()}
-    config = {
-        "fine_tune_type": "lora",  # mlx-lm's adapter_config.json fields
-        "num_layers": n_layers if cfg.lora_blocks is None else len(cfg.lora_blocks),
-        "lora_parameters": {"rank": cfg.lora_rank, "scale": cfg.lora_scale, "dropout": 0.0},
-        "format_version": FORMAT_VERSION,
-        "base_model": {"name": base.name, "fingerprint": base.fingerprint()},
-        **(extra or {}),
-    }
-    return write_folder(folder, next_token_folder(config, lora), overwrite)
+    blocks = n_layers if cfg.lora_blocks is None else len(cfg.lora_blocks)
+    base_model = {"name": base.name, "fingerprint": base.fingerprint()}
+    config = next_token_config(blocks, cfg.lora_rank, cfg.lora_scale, base_model)
+    return write_folder(folder, next_token_folder({**config, **(extra or {})}, lora), overwrite)
 
 
 def load_torch_adapter(folder: str | os.PathLike, base: TorchBase) -> TorchStreams:

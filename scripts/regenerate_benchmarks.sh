@@ -141,6 +141,20 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == sql's two-stage recipe (issue 20) ==
+    # streams trained on the torch baseline's frozen LoRA (about 45 min; the baseline is made
+    # first, by the next section's step, if missing), its answers on 100 dev rows (about 9 min)
+    S="sql's two-stage recipe"
+    step "$S" ensure runs/baselines/sql_next_token_all_torch env ENGINE=torch LORA_LAYERS=0 \
+        BASELINE_OUT=runs/baselines/sql_next_token_all_torch \
+        scripts/make_task_adapter.sh sql --baseline-only
+    step "$S" ensure runs/sql_two_stage/sql env ENGINE=torch \
+        INIT=runs/baselines/sql_next_token_all_torch LORA_LR=0 PARENT_RANK=0 \
+        OUT=runs/sql_two_stage/sql scripts/make_task_adapter.sh sql
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --adapter runs/sql_two_stage/sql --methods ar --limit 100 --max-tokens 64 \
+        --json $R/quality_sql_two_stage_100.json --markdown $R/quality_sql_two_stage_100.md
+
     # == The next-token baseline in PyTorch (issue 20) ==
     # 12 steps of each next-token trainer on sql's recipe (about 1 and 4 min); the table is read
     # off the torch log's last `seconds` and the MLX folder's training.seconds

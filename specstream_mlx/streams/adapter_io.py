@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
-from .config import StreamConfig
+from .config import FORMAT_VERSION, StreamConfig, next_token_config
 from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
@@ -41,7 +41,6 @@ WEIGHTS, CONFIG = "adapters.safetensors", "adapter_config.json"
 # Adapters shipped in the package: the default model's at the top, another packaged model's in a
 # subfolder named after it (adapters/qwen2.5-coder-0.5b-instruct/chat).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "adapters"
-FORMAT_VERSION = 1
 
 
 def base_fingerprint(loaded) -> dict:
@@ -113,15 +112,9 @@ def save_lora_adapter(
         raise SpecstreamError(f"the model needs one kind of LoRA layers, it has {settings or 0}")
     (rank, scale), prefix = settings.pop(), len(PREFIX)
     weights = {k[prefix:]: v for k, v in lora_weights(loaded.model).items()}
-    config = {
-        "fine_tune_type": "lora",  # mlx-lm's adapter_config.json fields
-        "num_layers": loaded.config["num_hidden_layers"],
-        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0},
-        "format_version": FORMAT_VERSION,
-        "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
-        **(extra or {}),
-    }
-    write_folder(folder, weights, config)
+    base = {"name": loaded.name, "fingerprint": base_fingerprint(loaded)}
+    config = next_token_config(loaded.config["num_hidden_layers"], rank, scale, base)
+    write_folder(folder, weights, {**config, **(extra or {})})
     return folder
 
 

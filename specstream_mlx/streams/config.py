@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields
 from ..errors import SpecstreamError
 
 MODES = ("lossless", "shared")
+FORMAT_VERSION = 1  # adapter_config.json's format_version
 
 
 @dataclass(frozen=True)
@@ -190,3 +191,15 @@ def _tree_problems(tree, gamma: int) -> list[str]:
             return [f"tree path {path!r} is not a new rank path under a listed parent"]
         seen.add(path)
     return []
+
+
+def next_token_config(num_layers: int, rank: int, scale: float, base_model: dict) -> dict:
+    """A next-token LoRA folder's adapter_config.json: mlx-lm's fields (its LoRA in the top
+    `num_layers` blocks) and the base it was trained on."""
+    return {
+        "fine_tune_type": "lora",
+        "num_layers": num_layers,
+        "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0},
+        "format_version": FORMAT_VERSION,
+        "base_model": base_model,
+    }
