@@ -39,6 +39,12 @@
 # project's ../shared/data, carried for the run only (never committed). `rehearse TASK` runs
 # `run` here on the CPU: 2 steps x 2, into runs/.
 #
+# `BASELINE=1 run TASK...` (writing tools) trains each task's next-token LoRA baseline instead
+# (convert.torch_train --mode next-token: the same rows, steps, batch, max length, LoRA rank and
+# rate, LORA_LAYERS as make_task_adapter.sh --baseline-only), written as the MLX next-token
+# folder, back as $OUT/TASK_next_token.tar; `import` unpacks it to ../runs/gpu/TASK_next_token
+# (`specstream bench --methods ar,lora --lora ../runs/gpu/TASK_next_token`).
+#
 # `rows TASK NAME:VAR=V[,VAR=V]...` trains variants of TASK's recipe side by side on the one GPU
 # (a launch-bound step leaves it idle between kernels), each with its VARs (RANK, MSA_LAYERS,
 # CHAT_STEPS, ...) into runs/cuda/train/NAME, its tar and log under $OUT/NAME/: on an H200
@@ -122,6 +128,14 @@ train() {  # TASK OUT DEVICE STEPS BATCH PYTHON...
             for _ in $(seq "${CHAT_EXTRA_REPEAT:-1}"); do zcat -f "$CHAT_EXTRA"; done
         } > "$out/chat_train.jsonl"
         data=$out/chat_train.jsonl
+    fi
+    if [ -n "${BASELINE:-}" ]; then  # the next-token LoRA alone, as make_task_adapter.sh's
+        [ "$task" != chat ] || { echo "BASELINE=1: a writing tool's baseline (not chat)" >&2; exit 2; }
+        "$@" -m convert.torch_train --mode next-token --task "$task" --data "$data" \
+            --steps "$steps" --batch-size "$batch" --max-length "$length" --lora-lr 5e-5 \
+            --lora-layers "${LORA_LAYERS:-0}" --warmup 10 --seed 0 --device "$device" \
+            --out "$out/${task}_next_token" --overwrite
+        return
     fi
     if [ "$(cat runs/cuda1/model.txt)" != smollm2-135m-instruct ]; then  # Qwen's shipped recipe
         recipe=(--mode lossless --targets self --n-msa-layers "${MSA_LAYERS:-8}" --lr 1e-3 --segment 64
@@ -241,10 +255,12 @@ run)
         # adapter comes back as one file, $OUT/TASK_torch.tar (a call returns at most 8 files).
         steps=${STEPS:-750}
         [ "$task" != chat ] || steps=${CHAT_STEPS:-3000}
-        [ -f "$trained/${task}_torch/streams.safetensors" ] ||
+        made=${task}_torch file=streams.safetensors
+        [ -z "${BASELINE:-}" ] || made=${task}_next_token file=adapters.safetensors
+        [ -f "$trained/$made/$file" ] ||
             train "$task" "$trained" "${DEVICE:-cuda}" "$steps" "${BATCH:-4}" \
-                ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${task}_train.log"
-        tar -C "$trained" -cf "$out/${task}_torch.tar" "${task}_torch"
+                ${TORCH_PYTHON:-python3} 2>&1 | tee -a "$out/${made}_train.log"
+        tar -C "$trained" -cf "$out/$made.tar" "$made"
     done
     ;;
 rows)
@@ -287,10 +303,18 @@ import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/T
         gunzip -c "$from/mix_train_gpu.jsonl.gz" > "$to/mix_train.jsonl.tmp"
         mv "$to/mix_train.jsonl.tmp" "$to/mix_train.jsonl"
         echo "$(wc -l < "$to/mix_train.jsonl") chat mix rows in $to/mix_train.jsonl"
-        compgen -G "$from/*_torch.tar" > /dev/null || exit 0
+        compgen -G "$from/*_torch.tar" > /dev/null || compgen -G "$from/*_next_token.tar" \
+            > /dev/null || exit 0
     fi
+    for tarball in "$from"/*_next_token.tar; do  # next-token baselines: MLX folders already
+        [ -f "$tarball" ] || continue
+        tar -C "$to" -xf "$tarball"
+        echo "$to/$(basename "$tarball" .tar): next-token LoRA (specstream bench --lora)"
+    done
+    compgen -G "$from/*_torch.tar" > /dev/null || compgen -G "$from/*_next_token.tar" > /dev/null ||
+        { echo "no TASK_torch.tar or TASK_next_token.tar in $from" >&2; exit 2; }
     for tarball in "$from"/*_torch.tar; do
-        [ -f "$tarball" ] || { echo "no TASK_torch.tar in $from" >&2; exit 2; }
+        [ -f "$tarball" ] || continue
         task=$(basename "$tarball" _torch.tar)
         tar -C "$to" -xf "$tarball"
         ./dev.sh specstream convert --from "$to/${task}_torch" --to "$to/$task" --overwrite \
