@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -322,6 +322,24 @@ def _save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class _Draw:
+    """Where the run is in its examples: the seeded order, the next index in it, the log rows
+    so far and the next step (what a checkpoint keeps besides the weights and the optimizer)."""
+
+    rng: np.random.RandomState
+    order: np.ndarray
+    cursor: int = 0
+    rows: list = field(default_factory=list)
+    first: int = 1
+
+    def next_example(self, examples: list):
+        if self.cursor == len(self.order):
+            self.order, self.cursor = self.rng.permutation(len(examples)), 0
+        self.cursor += 1
+        return examples[self.order[self.cursor - 1]]
+
+
 def train(
     base: TorchBase,
     streams: TorchStreams | None,
@@ -343,58 +361,27 @@ def train(
         raise SpecstreamError("no training examples")
     shared = streams is None or streams.config.mode == "shared"  # the LoRA trains
     view = View(base.model)
-    groups = [] if streams is None else _stream_groups(view, streams, examples, cfg)
-    if shared:
-        lora = list(_lora_params(base.model).values())
-        if not lora:
-            raise SpecstreamError("the run trains the base's LoRA layers: call add_lora first")
-        for p in lora:
-            p.requires_grad_(True)
-        groups.append({"params": lora, "lr": cfg.lora_learning_rate})
-    optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
-    base_lrs = [g["lr"] for g in groups]
+    optimizer = _optimizer(base, streams, view, examples, cfg)
+    base_lrs = [g["lr"] for g in optimizer.param_groups]
     rng = np.random.RandomState(cfg.seed)
     torch.manual_seed(cfg.seed)
     base.model.train(False)  # no dropout anywhere: LoRA dropout is 0
-    if streams is not None:
-        streams.train()
-    order, cursor, rows, first = rng.permutation(len(examples)), 0, [], 1
+    modules = [base.model] if streams is None else [base.model, streams]
+    draw = _Draw(rng, rng.permutation(len(examples)))
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.is_file():
-        # onto the CPU first (load_state_dict moves it): a run cut on a GPU resumes anywhere
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        if state["config"] != _run_identity(streams, cfg, examples):
-            raise SpecstreamError(
-                f"checkpoint {checkpoint} is of another run (config or data differ): "
-                "remove it to start over"
-            )
-        if streams is not None:
-            streams.load_state_dict(state["streams"])
-        with torch.no_grad():
-            for name, p in _lora_params(base.model).items():
-                p.copy_(state["lora"][name])
-        optimizer.load_state_dict(state["optimizer"])
-        rng.set_state(state["numpy_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        order, cursor, rows = state["order"], state["cursor"], state["rows"]
-        first = state["step"] + 1
+        _resume(checkpoint, _run_identity(streams, cfg, examples), modules, optimizer, draw)
         if log is not None:
-            log({"resumed_from_step": state["step"]})
+            log({"resumed_from_step": draw.first - 1})
+    if streams is not None:
+        streams.train()
     start = time.perf_counter()
-    for step in range(first, cfg.steps + 1):
+    for step in range(draw.first, cfg.steps + 1):
         set_rates(optimizer, base_lrs, step, cfg)
         optimizer.zero_grad(set_to_none=True)
         batch = []
-        for _ in range(cfg.batch_size):
-            if cursor == len(order):
-                order, cursor = rng.permutation(len(examples)), 0
-            ex = examples[order[cursor]]
-            cursor += 1
-            positions = None
-            if not shared:  # lossless
-                every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
-                positions = segment(every, cfg.segment, rng)
-            batch.append(Sequence(ex.ids, ex.loss_mask, positions))
+        for _ in range(cfg.batch_size):  # one draw after another: an example, then its positions
+            batch.append(_sequence(draw.next_example(examples), streams, cfg, draw.rng))
         if streams is None:
             out = next_token_loss(view, batch)
         else:
@@ -414,28 +401,77 @@ def train(
                 "(the last checkpoint is kept)"
             )
         optimizer.step()
-        rows.append(row)
+        draw.rows.append(row)
         if checkpoint is not None and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            _save_checkpoint(
-                checkpoint,
-                {
-                    "config": _run_identity(streams, cfg, examples),
-                    "step": step,
-                    "streams": streams.state_dict() if streams is not None else {},
-                    "lora": {n: p.detach().clone() for n, p in _lora_params(base.model).items()},
-                    "optimizer": optimizer.state_dict(),
-                    "numpy_rng": rng.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "order": order,
-                    "cursor": cursor,
-                    "rows": rows,
-                },
-            )
+            state = _state(_run_identity(streams, cfg, examples), step, modules, optimizer, draw)
+            _save_checkpoint(checkpoint, state)
         if log is not None and (step % cfg.log_every == 0 or step == cfg.steps):
             log(row)
     if streams is not None:
         streams.eval()
-    return rows
+    return draw.rows
+
+
+def _optimizer(base: TorchBase, streams, view: View, examples: list, cfg: TrainConfig):
+    """AdamW over what the run trains: the streams (their groups), and the base's LoRA in
+    shared mode and in a next-token run (`streams` None)."""
+    groups = [] if streams is None else _stream_groups(view, streams, examples, cfg)
+    if streams is None or streams.config.mode == "shared":
+        lora = list(_lora_params(base.model).values())
+        if not lora:
+            raise SpecstreamError("the run trains the base's LoRA layers: call add_lora first")
+        for p in lora:
+            p.requires_grad_(True)
+        groups.append({"params": lora, "lr": cfg.lora_learning_rate})
+    return torch.optim.AdamW(groups, weight_decay=0.0)
+
+
+def _sequence(ex, streams, cfg: TrainConfig, rng: np.random.RandomState) -> Sequence:
+    """One example as the loss takes it; lossless mode draws the positions whose streams train
+    (a segment of them: `cfg.segment`)."""
+    positions = None
+    if streams is not None and streams.config.mode == "lossless":
+        every = stream_positions(np.asarray(ex.loss_mask, bool), streams.config.gamma)
+        positions = segment(every, cfg.segment, rng)
+    return Sequence(ex.ids, ex.loss_mask, positions)
+
+
+def _state(identity: tuple, step: int, modules: list, optimizer, draw: _Draw) -> dict:
+    """A checkpoint: the streams' weights (`modules[1]`, when there are streams), the base's
+    LoRA, the optimizer, both random states and where the run is in its examples."""
+    base = modules[0]
+    return {
+        "config": identity,
+        "step": step,
+        "streams": modules[1].state_dict() if len(modules) > 1 else {},
+        "lora": {n: p.detach().clone() for n, p in _lora_params(base).items()},
+        "optimizer": optimizer.state_dict(),
+        "numpy_rng": draw.rng.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "order": draw.order,
+        "cursor": draw.cursor,
+        "rows": draw.rows,
+    }
+
+
+def _resume(path: Path, identity: tuple, modules: list, optimizer, draw: _Draw) -> None:
+    """Load the checkpoint `_state` wrote into the run (refused when it is another run's)."""
+    # onto the CPU first (load_state_dict moves it): a run cut on a GPU resumes anywhere
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state["config"] != identity:
+        raise SpecstreamError(
+            f"checkpoint {path} is of another run (config or data differ): remove it to start over"
+        )
+    if len(modules) > 1:
+        modules[1].load_state_dict(state["streams"])
+    with torch.no_grad():
+        for name, p in _lora_params(modules[0]).items():
+            p.copy_(state["lora"][name])
+    optimizer.load_state_dict(state["optimizer"])
+    draw.rng.set_state(state["numpy_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    draw.order, draw.cursor, draw.rows = state["order"], state["cursor"], state["rows"]
+    draw.first = state["step"] + 1
 
 
 def _stream_groups(view: View, streams: TorchStreams, examples: list, cfg: TrainConfig):
