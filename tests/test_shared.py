@@ -365,3 +365,35 @@ def test_lora_of_the_top_blocks_alone_is_stored_alone_and_decodes_the_same(
         out = ss.generate(fresh, "a b c a b c", max_tokens=12, decoder="ss", streams=streams)
         runs.append(out.token_ids)
     assert runs[0] == runs[1] and len(runs[0]) == 12
+
+
+def test_next_token_lora_of_the_top_blocks_is_stored_as_mlx_lm_reads_it(tiny_folders, tmp_path):
+    """The next-token baseline trained in its top blocks only (train --lora-layers) stores those
+    blocks alone, as mlx-lm's num_layers; ss.load and mlx-lm's own loader give its logits."""
+    from mlx_lm import load as mlx_lm_load
+
+    from specstream_mlx.streams.adapter_io import save_lora_adapter
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    n_layers = loaded.config["num_hidden_layers"]
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    randomize_lora(loaded.model, seed=4)
+    below = [  # zero LoRA below the top two blocks, as training with lora_layers=2 leaves it
+        (k[len("lora.") :], mx.zeros(v.shape))
+        for k, v in lora_weights(loaded.model).items()
+        if int(k.split(".layers.")[1].split(".")[0]) < n_layers - 2
+    ]
+    loaded.model.update(tree_unflatten(below))
+    folder = save_lora_adapter(tmp_path / "top2", loaded)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert config["num_layers"] == 2
+    stored = mx.load(str(folder / "adapters.safetensors"))
+    blocks = {int(k.split(".layers.")[1].split(".")[0]) for k in stored}
+    assert blocks == {n_layers - 2, n_layers - 1}
+
+    ids = mx.array([[5, 9, 2, 7, 3]])
+    want = loaded.model(ids)
+    ours = ss.load(str(tiny_folders["llama"]), adapter=str(folder)).model  # fused: rounding
+    assert mx.allclose(ours(ids), want, atol=1e-5)
+    theirs, _ = mlx_lm_load(str(tiny_folders["llama"]), adapter_path=str(folder))
+    assert mx.allclose(theirs(ids), want, atol=1e-5)

@@ -111,11 +111,20 @@ def save_lora_adapter(
     if len(settings) != 1:
         raise SpecstreamError(f"the model needs one kind of LoRA layers, it has {settings or 0}")
     (rank, scale), prefix = settings.pop(), len(PREFIX)
-    weights = {k[prefix:]: v for k, v in lora_weights(loaded.model).items()}
+    lora, n_layers = lora_weights(loaded.model), loaded.config["num_hidden_layers"]
+    lowest = _lowest_trained_block(lora)
+    weights = {k[prefix:]: v for k, v in lora.items() if lora_block(k) >= lowest}
     base = {"name": loaded.name, "fingerprint": base_fingerprint(loaded)}
-    config = next_token_config(loaded.config["num_hidden_layers"], rank, scale, base)
+    config = next_token_config(n_layers - lowest, rank, scale, base)
     write_folder(folder, weights, {**config, **(extra or {})})
     return folder
+
+
+def _lowest_trained_block(lora: dict) -> int:
+    """The lowest block whose LoRA b is nonzero: mlx-lm's folder holds the top blocks from there
+    (LoRA trained in the top blocks only stores none below them; untrained LoRA keeps them all)."""
+    used = blocks_in_use(lora)
+    return min(used) if used else 0
 
 
 def write_folder(
