@@ -42,8 +42,10 @@ def main() -> int:
         base = load_base(args.model)
         n = base.config["num_hidden_layers"]
         blocks = lora.get("num_layers", n)
-        cfg = StreamConfig(
+        cfg = StreamConfig(  # the LoRA's settings; the streams are only PEFT's scaffold
             mode="shared",
+            gamma=1,
+            n_msa_layers=1,
             lora_rank=lora["lora_parameters"]["rank"],
             lora_scale=lora["lora_parameters"]["scale"],
             lora_blocks=None if blocks in (-1, n) else tuple(range(n - blocks, n)),

@@ -1238,3 +1238,41 @@ def test_torch_distiller_answers_the_chat_mix(tiny_folders, data, tmp_path, caps
     assert "--chat-mix" in capsys.readouterr().err
     assert distill_main([*argv, "10", "--mix-kinds", "dialog"]) == 2
     assert "--mix-kinds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("top", [None, 2])  # LoRA in every block, or in the top 2 alone
+def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, top):
+    """scripts/fuse_next_token.py merges a next-token LoRA folder into its base: the folder it
+    writes loads as a model (MLX and PyTorch) with the base+LoRA's logits; it refuses to replace
+    a folder without --overwrite."""
+    from specstream_mlx.streams.adapter_io import save_lora_adapter
+
+    from .test_shared import randomize_lora
+
+    loaded = ss.load(str(pairs["llama"][0].path))
+    n = loaded.config["num_hidden_layers"]
+    apply_lora(loaded.model, rank=4, scale=2.0)
+    randomize_lora(loaded.model, seed=6)
+    if top:
+        below = [
+            (k, mx.zeros(v.shape))
+            for k, v in tree_flatten(loaded.model.parameters())
+            if ".lora_" in k and int(k.split(".layers.")[1].split(".")[0]) < n - top
+        ]
+        loaded.model.update(tree_unflatten(below))
+    lora = save_lora_adapter(tmp_path / "lora", loaded)
+    out = tmp_path / "fused"
+    script = Path(__file__).resolve().parent.parent / "scripts" / "fuse_next_token.py"
+    run = [sys.executable, str(script), str(lora), str(out), "--model", str(loaded.path)]
+    proc = subprocess.run(run, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    ids = mx.array([[1, 5, 9, 13, 2, 7]])
+    want = np.array(loaded.model(ids)[0])
+    assert not np.allclose(np.array(ss.load(str(loaded.path)).model(ids)[0]), want, atol=1e-4)
+    assert np.allclose(np.array(ss.load(str(out)).model(ids)[0]), want, atol=1e-4)
+    with torch.no_grad():
+        theirs = load_base(str(out)).model(torch.tensor(np.array(ids))).logits[0].numpy()
+    assert np.allclose(theirs, want, atol=1e-4)
+    again = subprocess.run(run, capture_output=True, text=True)
+    assert again.returncode == 1 and "--overwrite" in again.stderr
+    assert "Traceback" not in again.stderr
