@@ -197,7 +197,7 @@ def run(args) -> int:
     from specstream_mlx.streams.config import StreamConfig
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
-    from specstream_mlx.training.data import draft_vocabulary, load_dataset
+    from specstream_mlx.training.data import load_dataset
     from specstream_mlx.training.trainer import Checkpoint, Hooks, TrainConfig, loss_curve, train
 
     out = Path(args.out)
@@ -245,6 +245,7 @@ def run(args) -> int:
             parent_rank=args.parent_rank,
         ).validate(loaded.config["num_hidden_layers"])
         params = StreamParams(stream_config, loaded.config["hidden_size"])
+    vocab = _draft_vocab(args, params, data, loaded) if args.draft_vocab else None
     if args.mode in ("shared", "next-token") and not args.from_adapter:
         apply_lora(loaded.model, args.lora_rank, args.lora_scale)
     cfg = TrainConfig(
@@ -310,8 +311,7 @@ def run(args) -> int:
 
         if acceptance is not None:
             params.acceptance = Acceptance.from_dict(acceptance)
-        if args.draft_vocab:  # validation above scored the whole head's drafts
-            vocab = draft_vocabulary(data.examples, args.draft_vocab)
+        if vocab:  # validation above scored the whole head's drafts
             params.config = replace(params.config, draft_vocab=vocab)
         save_adapter(out, params, loaded, extra=extra, overwrite=args.overwrite)
         print(
@@ -320,3 +320,27 @@ def run(args) -> int:
         )
     Checkpoint(out).remove()
     return 0
+
+
+def _draft_vocab(args, params, data, loaded) -> tuple[int, ...]:
+    """--draft-vocab's tokens (the commonest targets of --data), checked against the adapter's
+    settings before training starts; a note when --data holds fewer distinct targets."""
+    from specstream_mlx import SpecstreamError
+    from specstream_mlx.training.data import draft_vocabulary
+
+    size, n_vocab, top_k = args.draft_vocab, loaded.config["vocab_size"], params.config.top_k
+    if size > n_vocab:
+        raise SpecstreamError(f"--draft-vocab {size}: the model has {n_vocab} tokens")
+    vocab = draft_vocabulary(data.examples, size)
+    if len(vocab) < top_k:
+        raise SpecstreamError(
+            f"--draft-vocab {size} gives {len(vocab)} tokens (the distinct targets of --data "
+            f"among them); the streams draft their top {top_k} (--tree-top-k): give at least that"
+        )
+    if len(vocab) < size:
+        print(
+            f"train: --draft-vocab {size}: --data has {len(vocab)} distinct target tokens; "
+            "the vocabulary keeps them all",
+            file=sys.stderr,
+        )
+    return vocab

@@ -153,6 +153,31 @@ def is_next_token_folder(path: str | os.PathLike) -> bool:
     return "stream_config" not in _read_json(path / MLX_CONFIG)
 
 
+def next_token_settings(path: str | os.PathLike) -> tuple[int, float, int]:
+    """A next-token LoRA folder's rank, scale and block count (mlx-lm's `num_layers`: the top
+    blocks it covers; -1: all), read before any model loads; a clear error for any other folder."""
+    path = Path(path)
+    if not is_next_token_folder(path):
+        raise SpecstreamError(
+            f"{path} is a stream adapter, not a next-token LoRA "
+            "(specstream train --mode next-token)"
+        )
+    config = _read_json(path / MLX_CONFIG)
+    params = config.get("lora_parameters")
+    params = params if isinstance(params, dict) else {}
+    rank, scale, blocks = params.get("rank"), params.get("scale"), config.get("num_layers")
+    if type(rank) is not int or rank < 1 or type(scale) not in (int, float):
+        raise SpecstreamError(
+            f"unreadable {path / MLX_CONFIG}: lora_parameters needs rank and scale"
+        )
+    if type(blocks) is not int or not (blocks == -1 or blocks >= 1):
+        raise SpecstreamError(
+            f"unreadable {path / MLX_CONFIG}: num_layers must be a block count >= 1 or -1 (all), "
+            f"got {blocks!r}"
+        )
+    return rank, float(scale), blocks
+
+
 def read_next_token_lora(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """A next-token LoRA folder's config and its LoRA as PEFT tensors (`lora_A.weight` (r, in),
     `lora_B.weight` (out, r)), for shared-mode training that starts from it."""

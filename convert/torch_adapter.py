@@ -180,7 +180,7 @@ def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     src = _read_for(folder, base)
     theirs, ours = src.stream_config.to_dict(), streams.config.to_dict()
     drafting = ("top_k", "max_tree_nodes", "prune_threshold")  # how it drafts, not weights
-    problems = [f"{k}: adapter has {theirs.get(k)!r}, this run {v!r}"
+    problems = [f"{k}: adapter has {_shown(theirs.get(k))}, this run {_shown(v)}"
                 for k, v in ours.items() if theirs.get(k) != v and k not in drafting]  # fmt: skip
     expected = {k: tuple(v.shape) for k, v in streams.state_dict().items()}
     have = {k: tuple(v.shape) for k, v in src.tensors.items()}
@@ -203,6 +203,13 @@ def start_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     return src.config.get("training")
 
 
+def _shown(value) -> str:
+    """A setting as an error shows it: a long list (a draft vocabulary) by its length."""
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"{len(value):,} entries"
+    return repr(value)
+
+
 def _lora_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams) -> dict | None:
     """Shared-mode training that starts from a next-token LoRA (`specstream train --mode
     next-token`, such as a writing tool's same-budget baseline): its LoRA into the base's PEFT
@@ -222,8 +229,14 @@ def _lora_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     problems = [] if scale == cfg.lora_scale else [
         f"lora scale: adapter has {scale!r}, this run {cfg.lora_scale!r}"
     ]  # fmt: skip
-    expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
-    problems += shape_mismatches(expected, {k: tuple(v.shape) for k, v in lora.items()})
+    n, covers = base.config["num_hidden_layers"], config.get("num_layers")
+    theirs = n if covers in (-1, None) else covers
+    ours = n if cfg.lora_blocks is None else len(cfg.lora_blocks)
+    if theirs != ours:  # one line instead of a tensor list
+        problems.append(f"its LoRA covers the top {theirs} blocks, this run {ours} (--lora-layers)")
+    else:
+        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
+        problems += shape_mismatches(expected, {k: tuple(v.shape) for k, v in lora.items()})
     if problems:
         raise SpecstreamError(f"cannot start from {folder}: " + "; ".join(problems[:30]))
     device = next(streams.parameters()).device

@@ -105,11 +105,29 @@ def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool) -> li
     return list(out)
 
 
+def usable_device(name: str) -> torch.device:
+    """`name` as a torch device this machine has, or a clear error (checked before loading)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise SpecstreamError(f"--device {name}: not a torch device (cpu, cuda, cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SpecstreamError(f"--device {name}: this torch sees no CUDA GPU; use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise SpecstreamError(f"--device {name}: this machine has {torch.cuda.device_count()} GPUs")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise SpecstreamError(f"--device {name}: MPS is not available here; use --device cpu")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise SpecstreamError(f"--device {name}: the torch path runs on cpu, cuda or mps")
+    return device
+
+
 def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float32") -> TorchBase:
     """Load a base model for the torch path (see the module docstring for names)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
+    device = usable_device(device)
     if dtype not in _DTYPES:
         raise SpecstreamError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     logging.disable_progress_bar()

@@ -28,7 +28,9 @@ def main() -> int:
     p.add_argument("--model", default=None, help="its base model (default: the default model)")
     args = p.parse_args()
     from safetensors.torch import save_file
+    from specstream_apps.args import output_folder
 
+    from convert.adapter_format import next_token_settings
     from convert.torch_adapter import add_lora, start_from
     from convert.torch_base import load_base
     from convert.torch_streams import TorchStreams
@@ -37,17 +39,21 @@ def main() -> int:
     from specstream_mlx.streams.config import StreamConfig
 
     out = Path(args.out)
-    try:
-        lora = json.loads((Path(args.lora) / "adapter_config.json").read_text())
+    try:  # the LoRA's settings and OUT checked before the model loads
+        rank, scale, blocks = next_token_settings(args.lora)
+        output_folder(args.out, "OUT", args.overwrite)
         base = load_base(args.model)
         n = base.config["num_hidden_layers"]
-        blocks = lora.get("num_layers", n)
+        if blocks > n:
+            raise SpecstreamError(
+                f"{args.lora}: its LoRA covers {blocks} blocks, {base.name} has {n}"
+            )
         cfg = StreamConfig(  # the LoRA's settings; the streams are only PEFT's scaffold
             mode="shared",
             gamma=1,
             n_msa_layers=1,
-            lora_rank=lora["lora_parameters"]["rank"],
-            lora_scale=lora["lora_parameters"]["scale"],
+            lora_rank=rank,
+            lora_scale=scale,
             lora_blocks=None if blocks in (-1, n) else tuple(range(n - blocks, n)),
         ).validate(n)
         add_lora(base, cfg)
@@ -67,9 +73,10 @@ def main() -> int:
         }
         with staged_folder(out, args.overwrite) as tmp:
             save_file(weights, str(tmp / "model.safetensors"))
+            (tmp / "model.safetensors").chmod(0o644)  # safetensors writes it owner-only
             (tmp / "config.json").write_text(json.dumps(config, indent=1))
             base.tokenizer.save_pretrained(str(tmp))
-    except (SpecstreamError, OSError, KeyError, ValueError) as exc:
+    except (SpecstreamError, OSError) as exc:
         print(f"fuse_next_token: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {out}: {args.lora} merged into {base.name}")

@@ -1010,6 +1010,10 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     assert "--lora-layers must be in [2, 4]" in capsys.readouterr().err
     ranked = [*argv[:7], str(tmp_path / "r4"), *argv[8:], "--rank", "4"]
     assert torch_train.main(ranked) == 0  # stream adapters of rank 4, as MLX's train --rank
+    gone = "cuda:99" if torch.cuda.is_available() else "cuda"
+    for device, message in (("nonsense", "not a torch device"), (gone, f"--device {gone}: ")):
+        assert torch_train.main([*argv[:7], str(tmp_path / "d"), *argv[8:-1], device]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
     config = json.loads((tmp_path / "r4" / "stream_config.json").read_text())["stream_config"]
     assert config["stream_adapter_rank"] == 4
     assert run_convert(tmp_path / "r4", tmp_path / "r4mlx", "--model", str(loaded.path)) == 0
@@ -1114,6 +1118,7 @@ def test_torch_train_starts_streams_on_a_next_token_lora(pairs, trained, tmp_pat
     for bad, message in (
         ([*argv, "--init", str(ranked)], "lora_A.weight: shape [4,"),
         ([*argv[:-1], "lossless", "--init", str(lora)], "only --mode shared"),
+        ([*argv, "--lora-layers", "2", "--init", str(lora)], "covers the top 4 blocks, this run 2"),
     ):
         assert torch_train.main([*bad, "--out", str(tmp_path / "no")]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "no").exists()
@@ -1276,3 +1281,9 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
     again = subprocess.run(run, capture_output=True, text=True)
     assert again.returncode == 1 and "--overwrite" in again.stderr
     assert "Traceback" not in again.stderr
+    streams = Path(ss.__file__).parent / "adapters" / "sql"  # checked before any model loads
+    wrong = subprocess.run(
+        [*run[:2], str(streams), str(tmp_path / "no")], capture_output=True, text=True
+    )
+    assert wrong.returncode == 1 and "a stream adapter, not a next-token LoRA" in wrong.stderr
+    assert not (tmp_path / "no").exists()

@@ -647,6 +647,22 @@ def test_train_cli_adds_parent_heads_and_a_draft_vocabulary_to_a_shared_adapter(
     assert spec.token_ids == plain.token_ids
 
 
+def test_train_cli_refuses_a_draft_vocabulary_it_could_not_load(tiny_folders, data_file, tmp_path):
+    """--draft-vocab smaller than the streams' top-k, or larger than the model's vocabulary,
+    is refused before training, with nothing written (it used to save an adapter that no
+    reader loads)."""
+    from .test_cli import assert_clean_error
+
+    base = [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
+            str(tiny_folders["llama"]), "--data", str(data_file), "--steps", "2",
+            "--batch-size", "2", "--mode", "lossless", "--msa-layers", "2",
+            "--tree-top-k", "3", "--out", str(tmp_path / "out")]  # fmt: skip
+    for size, fragment in (("2", "--tree-top-k"), ("100000", "the model has")):
+        proc = subprocess.run([*base, "--draft-vocab", size], capture_output=True, text=True)
+        assert_clean_error(proc, f"--draft-vocab {size}", fragment)
+        assert not any(tmp_path.iterdir())  # no adapter, no checkpoint
+
+
 def test_draft_vocab_script_adds_a_vocabulary_to_a_trained_adapter(
     tiny_folders, tiny, data_file, tmp_path
 ):
