@@ -99,6 +99,12 @@ files() {  # TASK -> the train file under runs/cuda/data
     esac
 }
 
+needs() {  # N USAGE ARGS...: at least N arguments (the subcommand counted), or the usage
+    local n=$1 usage=$2
+    shift 2
+    [ $# -ge "$n" ] || { echo "usage: scripts/cuda_train.sh $usage" >&2; exit 2; }
+}
+
 max_length() {  # TASK -> the CPU recipe's max length (scripts/make_task_adapter.sh; chat's)
     case $1 in
     sql) echo 320 ;;
@@ -209,7 +215,9 @@ distill)  # the rest of the instruction prompts' answers, on the GPU (convert/to
     ;;
 own)  # TASK: a Qwen adapter's next round on the GPU: the model's own answers, then the shipped
     # adapter continued on them (scripts/make_qwen_sql_adapter.sh's round 2 at OWN prompts)
-    task=${2:?usage: scripts/cuda_train.sh own TASK}
+    needs 2 "own TASK" "$@"
+    task=$2
+    files "$task" > /dev/null
     [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
     model=$(cat runs/cuda1/model.txt)
     init=specstream_mlx/adapters/$model/$task
@@ -241,6 +249,7 @@ rehearse)  # `run` here, on the CPU: the join, the data and two training steps
 run)
     shift
     [ $# -gt 0 ] || { echo "usage: scripts/cuda_train.sh run TASK [TASK...]" >&2; exit 2; }
+    for task in "$@"; do files "$task" > /dev/null; done  # every name known before any work
     [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
     out=${OUT:-runs}
     trained=${TRAIN_DIR:-runs/cuda/train}
@@ -264,8 +273,16 @@ run)
     done
     ;;
 rows)
-    task=${2:?usage: scripts/cuda_train.sh rows TASK NAME:VAR=V[,VAR=V]...}
+    needs 3 "rows TASK NAME:VAR=V[,VAR=V]..." "$@"
+    task=$2
     shift 2
+    files "$task" > /dev/null
+    for spec in "$@"; do
+        [[ $spec =~ ^[A-Za-z0-9_.-]+(:([A-Z_][A-Z0-9_]*=[^,]*(,[A-Z_][A-Z0-9_]*=[^,]*)*)?)?$ ]] || {
+            echo "$spec: expected NAME or NAME:VAR=V[,VAR=V] (VAR in capitals)" >&2
+            exit 2
+        }
+    done
     [ -d runs/cudadata ] || { echo "runs/cudadata is missing: carry it (prepare made it)" >&2; exit 2; }
     out=${OUT:-runs}
     bash scripts/cuda_validate.sh join  # once, before the rows share the model and the data
@@ -287,7 +304,8 @@ rows)
     exit "$failed"
     ;;
 import)  # FOLDER: the device call's files; each TASK_torch.tar -> ../runs/gpu/TASK (MLX)
-    from=${2:?usage: scripts/cuda_train.sh import FOLDER}
+    needs 2 "import FOLDER" "$@"
+    from=$2
     to=${GPU_DIR:-../runs/gpu}
     mkdir -p "$to"
     if [ -f "$from/instructions_train_gpu.jsonl.gz" ]; then
