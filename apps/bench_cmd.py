@@ -34,8 +34,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--methods",
         default=None,
-        help=f"comma-separated from {','.join(METHODS)}, ar included (default: ar, ss, pld, "
-        "mlx-lm, and medusa / lora when their folders are given)",
+        help=f"comma-separated from {','.join(METHODS)}; must include ar, the speeds' "
+        "reference (default: ar, ss, pld, mlx-lm, and medusa / lora when their folders are given)",
     )
     p.add_argument(
         "--medusa", default=None, help="Medusa heads folder (specstream train --mode medusa)"
