@@ -143,8 +143,15 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
             folder, kwargs = path.parent, {"gguf_file": path.name}
         elif path.is_file():
             raise SpecstreamError(f"model file {path} is not a .gguf file (or give a folder)")
+        elif path.exists():
+            folder = path
+        elif name.count("/") == 1 and not name.startswith((".", "/", "~")):
+            folder = name  # a hub id (owner/name), as the MLX runtime reads one
         else:
-            folder = path if path.exists() else name  # a folder, or a hub id (local cache)
+            raise SpecstreamError(
+                f"model {name!r} not found: not a folder, a .gguf file, a packaged model "
+                f"({', '.join(MODELS)}) or a hub id (owner/name)"
+            )
     try:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_DTYPES[dtype], **kwargs)
         # a GGUF's tokenizer as the MLX runtime builds it (transformers' lacks the digit split)

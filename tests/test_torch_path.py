@@ -1287,3 +1287,18 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
     )
     assert wrong.returncode == 1 and "a stream adapter, not a next-token LoRA" in wrong.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_load_base_refuses_a_missing_model_or_device_before_loading(tmp_path):
+    """A name that is no folder, .gguf, packaged model or hub id fails at once (it used to try
+    the hub for a minute); so does a device this torch cannot use."""
+    (tmp_path / "a.txt").write_text("not a model")
+    for name, message in (
+        ("nonsense", "model 'nonsense' not found"),
+        (str(tmp_path / "missing"), "not found"),
+        (str(tmp_path / "a.txt"), "is not a .gguf file"),
+    ):
+        with pytest.raises(ss.SpecstreamError, match=message):
+            load_base(name)
+    with pytest.raises(ss.SpecstreamError, match="not a torch device"):
+        load_base(str(tmp_path / "a.txt"), device="gpu0")
