@@ -141,6 +141,38 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == summarize holds its quality against a full-budget baseline (issue 20) ==
+    # summarize's torch baseline (about 95 min alone, if missing) scored beside the shipped
+    # tool on 100 dev rows (about 18 min); the two-stage sql's acceptance (about 4 min; the
+    # next section's step makes it if missing: run that section first)
+    S="summarize holds its quality against a full-budget baseline"
+    step "$S" ensure runs/baselines/summarize_next_token_all_torch env ENGINE=torch LORA_LAYERS=0 \
+        BASELINE_OUT=runs/baselines/summarize_next_token_all_torch \
+        scripts/make_task_adapter.sh summarize --baseline-only
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum \
+        --data "$D/dialogsum/dev.jsonl" --adapter summarize --methods ar,lora \
+        --lora runs/baselines/summarize_next_token_all_torch --limit 100 --max-tokens 64 \
+        --json $R/quality_summarize_next_token_torch_100.json \
+        --markdown $R/quality_summarize_next_token_torch_100.md
+    step "$S" rm -rf runs/sql_two_stage/copy
+    step "$S" cp -r runs/sql_two_stage/sql runs/sql_two_stage/copy
+    step "$S" into $R/calibration_sql_two_stage.json ./dev.sh specstream calibrate \
+        --adapter runs/sql_two_stage/copy --measure-acceptance --overwrite --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
+    # lossless streams over sql's torch baseline merged into the model (about 45 min alone)
+    step "$S" ensure runs/probe/sql_fused ./dev.sh python scripts/fuse_next_token.py \
+        runs/baselines/sql_next_token_all_torch runs/probe/sql_fused
+    step "$S" ensure runs/probe/sql_lossless750_torch ./dev.sh python -m convert.torch_train \
+        --mode lossless --model runs/probe/sql_fused --task sql --data "$D/sql/train.jsonl" \
+        --targets self --n-msa-layers 8 --gamma 4 --lr 3e-3 --segment 64 --warmup 20 \
+        --steps 750 --batch-size 4 --max-length 320 --checkpoint-every 25 --device cpu \
+        --out runs/probe/sql_lossless750_torch
+    step "$S" ./dev.sh specstream convert --from runs/probe/sql_lossless750_torch \
+        --to runs/probe/sql_lossless750 --model runs/probe/sql_fused --overwrite
+    step "$S" into $R/calibration_sql_lossless_fused_750.json ./dev.sh specstream calibrate \
+        --model runs/probe/sql_fused --adapter runs/probe/sql_lossless750 --measure-acceptance \
+        --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
+
     # == sql's two-stage recipe (issue 20) ==
     # streams trained on the torch baseline's frozen LoRA (about 45 min; the baseline is made
     # first, by the next section's step, if missing), its answers on 100 dev rows (about 9 min)
