@@ -108,6 +108,8 @@ class Folder:
 def folder_kind(path: str | os.PathLike) -> str:
     """ "torch" or "mlx"; a clear error for anything else."""
     path = Path(path)
+    if path.is_file():
+        raise SpecstreamError(f"{path} is a file: give an adapter folder")
     if not path.is_dir():
         raise SpecstreamError(f"adapter folder not found: {path}")
     if (path / TORCH_CONFIG).is_file():

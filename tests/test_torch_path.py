@@ -1115,7 +1115,9 @@ def test_torch_train_starts_streams_on_a_next_token_lora(pairs, trained, tmp_pat
     assert "--init continues a stream adapter" in capsys.readouterr().err
     ranked = tmp_path / "r4"
     assert cli([*mlx_train, "--steps", "1", "--lora-rank", "4", "--out", str(ranked)]) == 0
+    (tmp_path / "afile").write_text("x")
     for bad, message in (
+        ([*argv, "--init", str(tmp_path / "afile")], "is a file: give an adapter folder"),
         ([*argv, "--init", str(ranked)], "lora_A.weight: shape [4,"),
         ([*argv[:-1], "lossless", "--init", str(lora)], "only --mode shared"),
         ([*argv, "--lora-layers", "2", "--init", str(lora)], "covers the top 4 blocks, this run 2"),
