@@ -225,16 +225,18 @@ def _lora_from(folder: str | os.PathLike, base: TorchBase, streams: TorchStreams
     config, lora = read_next_token_lora(folder)
     _check_base(config, base, folder)
     params = config.get("lora_parameters")
-    scale = params.get("scale") if isinstance(params, dict) else None
-    problems = [] if scale == cfg.lora_scale else [
-        f"lora scale: adapter has {scale!r}, this run {cfg.lora_scale!r}"
-    ]  # fmt: skip
+    params = params if isinstance(params, dict) else {}
+    rank, scale = params.get("rank"), params.get("scale")
+    problems = [f"lora {name}: adapter has {theirs!r}, this run {ours!r}"
+                for name, theirs, ours in (("rank", rank, cfg.lora_rank),
+                                           ("scale", scale, cfg.lora_scale))
+                if theirs != ours]  # fmt: skip
     n, covers = base.config["num_hidden_layers"], config.get("num_layers")
     theirs = n if covers in (-1, None) else covers
     ours = n if cfg.lora_blocks is None else len(cfg.lora_blocks)
     if theirs != ours:  # one line instead of a tensor list
         problems.append(f"its LoRA covers the top {theirs} blocks, this run {ours} (--lora-layers)")
-    else:
+    if not problems:  # the settings agree: the tensors must fit them
         expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(base.model).items()}
         problems += shape_mismatches(expected, {k: tuple(v.shape) for k, v in lora.items()})
     if problems:

@@ -1118,7 +1118,7 @@ def test_torch_train_starts_streams_on_a_next_token_lora(pairs, trained, tmp_pat
     (tmp_path / "afile").write_text("x")
     for bad, message in (
         ([*argv, "--init", str(tmp_path / "afile")], "is a file: give an adapter folder"),
-        ([*argv, "--init", str(ranked)], "lora_A.weight: shape [4,"),
+        ([*argv, "--init", str(ranked)], "lora rank: adapter has 4, this run 8"),
         ([*argv[:-1], "lossless", "--init", str(lora)], "only --mode shared"),
         ([*argv, "--lora-layers", "2", "--init", str(lora)], "covers the top 4 blocks, this run 2"),
     ):
