@@ -334,8 +334,8 @@ def _draft_vocab(args, params, data, loaded) -> tuple[int, ...]:
     vocab = draft_vocabulary(data.examples, size)
     if len(vocab) < top_k:
         raise SpecstreamError(
-            f"--draft-vocab {size} gives {len(vocab)} tokens (the distinct targets of --data "
-            f"among them); the streams draft their top {top_k} (--tree-top-k): give at least that"
+            f"--draft-vocab {size} keeps {len(vocab)} tokens, fewer than the {top_k} the streams "
+            "draft at each node (--tree-top-k): give at least that many"
         )
     if len(vocab) < size:
         print(
