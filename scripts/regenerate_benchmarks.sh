@@ -143,7 +143,8 @@ steps() {
 
     # == summarize holds its quality against a full-budget baseline (issue 20) ==
     # summarize's torch baseline (about 95 min alone, if missing) scored beside the shipped
-    # tool on 100 dev rows (about 18 min); the two-stage sql's acceptance (about 4 min; the
+    # tool on 100 dev rows (about 18 min), sql against its baseline on all 200 dev rows (about
+    # 30 min); the two-stage sql's acceptance (about 4 min; the
     # next section's step makes it if missing: run that section first)
     S="summarize holds its quality against a full-budget baseline"
     step "$S" ensure runs/baselines/summarize_next_token_all_torch env ENGINE=torch LORA_LAYERS=0 \
@@ -154,6 +155,10 @@ steps() {
         --lora runs/baselines/summarize_next_token_all_torch --limit 100 --max-tokens 64 \
         --json $R/quality_summarize_next_token_torch_100.json \
         --markdown $R/quality_summarize_next_token_torch_100.md
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --adapter sql --methods ar,lora --lora runs/baselines/sql_next_token_all_torch \
+        --limit 200 --max-tokens 64 --json $R/quality_sql_next_token_torch_200.json \
+        --markdown $R/quality_sql_next_token_torch_200.md
     step "$S" rm -rf runs/sql_two_stage/copy
     step "$S" cp -r runs/sql_two_stage/sql runs/sql_two_stage/copy
     step "$S" into $R/calibration_sql_two_stage.json ./dev.sh specstream calibrate \
