@@ -177,6 +177,26 @@ steps() {
     step "$S" into $R/calibration_sql_lossless_fused_750.json ./dev.sh specstream calibrate \
         --model runs/probe/sql_fused --adapter runs/probe/sql_lossless750 --measure-acceptance \
         --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
+    # its parent heads (about 30 min alone) and a draft vocabulary, each measured
+    step "$S" bash -c "head -n 800 $D/sql/train.jsonl > runs/probe/sql_parent_rows.jsonl"
+    step "$S" ensure runs/probe/sql_lossless750_parent ./dev.sh specstream train \
+        --model runs/probe/sql_fused --mode lossless --targets self --parent-rank 128 \
+        --from runs/probe/sql_lossless750 --task sql --data runs/probe/sql_parent_rows.jsonl \
+        --out runs/probe/sql_lossless750_parent --steps 200 --batch-size 4 --segment 64 \
+        --lr 1e-3 --warmup 20 --val-every 100 --checkpoint-every 25
+    step "$S" ./dev.sh python scripts/draft_vocab.py --model runs/probe/sql_fused \
+        --adapter runs/probe/sql_lossless750_parent --task sql --data "$D/sql/train.jsonl" \
+        --size 8192 --out runs/probe/sql_lossless750_vocab --overwrite
+    for t in parent vocab; do
+        step "$S" into $R/calibration_sql_lossless_fused_750_$t.json ./dev.sh specstream \
+            calibrate --model runs/probe/sql_fused --adapter runs/probe/sql_lossless750_$t \
+            --measure-acceptance --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 \
+            --max-tokens 96 --json
+    done
+    step "$S" ./dev.sh specstream bench --overwrite --model runs/probe/sql_fused --suite sql \
+        --data "$D/sql/dev.jsonl" --adapter runs/probe/sql_lossless750_vocab --methods ar,ss \
+        --limit 10 --max-tokens 96 --json $R/bench_sql_lossless_fused_vocab_10.json \
+        --markdown $R/bench_sql_lossless_fused_vocab_10.md
 
     # == sql's two-stage recipe (issue 20) ==
     # streams trained on the torch baseline's frozen LoRA (about 45 min; the baseline is made
