@@ -197,6 +197,11 @@ steps() {
         --data "$D/sql/dev.jsonl" --adapter runs/probe/sql_lossless750_vocab --methods ar,ss \
         --limit 10 --max-tokens 96 --json $R/bench_sql_lossless_fused_vocab_10.json \
         --markdown $R/bench_sql_lossless_fused_vocab_10.md
+    step "$S" ./dev.sh specstream bench --overwrite --model runs/probe/sql_fused --suite sql \
+        --data "$D/sql/dev.jsonl" --adapter runs/probe/sql_lossless750_vocab \
+        --methods ar,ss+pld,mlx-lm --limit 10 --max-tokens 96 \
+        --json $R/bench_sql_lossless_fused_vocab_pld_10.json \
+        --markdown $R/bench_sql_lossless_fused_vocab_pld_10.md
 
     # == sql's two-stage recipe (issue 20) ==
     # streams trained on the torch baseline's frozen LoRA (about 45 min; the baseline is made
