@@ -45,6 +45,7 @@ from safetensors.numpy import load_file, save_file
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.folders import staged_folder
 from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.config import next_token_settings as config_settings
 
 TORCH_STREAMS, TORCH_CONFIG = "streams.safetensors", "stream_config.json"
 PEFT_CONFIG, PEFT_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
@@ -156,28 +157,15 @@ def is_next_token_folder(path: str | os.PathLike) -> bool:
 
 
 def next_token_settings(path: str | os.PathLike) -> tuple[int, float, int]:
-    """A next-token LoRA folder's rank, scale and block count (mlx-lm's `num_layers`: the top
-    blocks it covers; -1: all), read before any model loads; a clear error for any other folder."""
+    """A next-token LoRA folder's rank, scale and block count (`streams.config`'s reading of its
+    config), read before any model loads; a clear error for any other folder."""
     path = Path(path)
     if not is_next_token_folder(path):
         raise SpecstreamError(
             f"{path} is a stream adapter, not a next-token LoRA "
             "(specstream train --mode next-token)"
         )
-    config = _read_json(path / MLX_CONFIG)
-    params = config.get("lora_parameters")
-    params = params if isinstance(params, dict) else {}
-    rank, scale, blocks = params.get("rank"), params.get("scale"), config.get("num_layers")
-    if type(rank) is not int or rank < 1 or type(scale) not in (int, float):
-        raise SpecstreamError(
-            f"unreadable {path / MLX_CONFIG}: lora_parameters needs rank and scale"
-        )
-    if type(blocks) is not int or not (blocks == -1 or blocks >= 1):
-        raise SpecstreamError(
-            f"unreadable {path / MLX_CONFIG}: num_layers must be a block count >= 1 or -1 (all), "
-            f"got {blocks!r}"
-        )
-    return rank, float(scale), blocks
+    return config_settings(_read_json(path / MLX_CONFIG), path / MLX_CONFIG)
 
 
 def read_next_token_lora(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:

@@ -164,7 +164,7 @@ steps() {
     step "$S" into $R/calibration_sql_two_stage.json ./dev.sh specstream calibrate \
         --adapter runs/sql_two_stage/copy --measure-acceptance --overwrite --suite sql \
         --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
-    # lossless streams over sql's torch baseline merged into the model (about 45 min alone)
+    # lossless streams over sql's torch baseline merged into the model (about 30 min alone)
     step "$S" ensure runs/probe/sql_fused ./dev.sh python scripts/fuse_next_token.py \
         runs/baselines/sql_next_token_all_torch runs/probe/sql_fused
     step "$S" ensure runs/probe/sql_lossless750_torch ./dev.sh python -m convert.torch_train \
@@ -177,7 +177,7 @@ steps() {
     step "$S" into $R/calibration_sql_lossless_fused_750.json ./dev.sh specstream calibrate \
         --model runs/probe/sql_fused --adapter runs/probe/sql_lossless750 --measure-acceptance \
         --overwrite --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 --json
-    # its parent heads (about 30 min alone) and a draft vocabulary, each measured
+    # its parent heads (about 33 min beside a bench here) and a draft vocabulary, each measured
     step "$S" bash -c "head -n 800 $D/sql/train.jsonl > runs/probe/sql_parent_rows.jsonl"
     step "$S" ensure runs/probe/sql_lossless750_parent ./dev.sh specstream train \
         --model runs/probe/sql_fused --mode lossless --targets self --parent-rank 128 \

@@ -19,7 +19,7 @@ from specstream_mlx.decoding.tree import draft_tree
 from specstream_mlx.models.arch import arch_of
 from specstream_mlx.streams.adapter_io import load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
-from specstream_mlx.streams.lora import apply_lora, has_lora, lora_weights, remove_lora
+from specstream_mlx.streams.lora import apply_lora, has_lora, lora_block, lora_weights, remove_lora
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training import forward, positions
 from specstream_mlx.training.data import load_dataset
@@ -381,14 +381,14 @@ def test_next_token_lora_of_the_top_blocks_is_stored_as_mlx_lm_reads_it(tiny_fol
     below = [  # zero LoRA below the top two blocks, as training with lora_layers=2 leaves it
         (k[len("lora.") :], mx.zeros(v.shape))
         for k, v in lora_weights(loaded.model).items()
-        if int(k.split(".layers.")[1].split(".")[0]) < n_layers - 2
+        if lora_block(k) < n_layers - 2
     ]
     loaded.model.update(tree_unflatten(below))
     folder = save_lora_adapter(tmp_path / "top2", loaded)
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["num_layers"] == 2
     stored = mx.load(str(folder / "adapters.safetensors"))
-    blocks = {int(k.split(".layers.")[1].split(".")[0]) for k in stored}
+    blocks = {lora_block(k) for k in stored}
     assert blocks == {n_layers - 2, n_layers - 1}
 
     ids = mx.array([[5, 9, 2, 7, 3]])

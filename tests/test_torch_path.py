@@ -35,7 +35,7 @@ from specstream_mlx.generate import encode_prompt
 from specstream_mlx.models.arch import arch_of
 from specstream_mlx.streams.adapter_io import SHIPPED_DIR, attach, load_adapter, save_adapter
 from specstream_mlx.streams.config import StreamConfig
-from specstream_mlx.streams.lora import apply_lora, remove_lora
+from specstream_mlx.streams.lora import apply_lora, lora_block, remove_lora
 from specstream_mlx.streams.params import StreamParams
 from specstream_mlx.training.data import load_dataset
 
@@ -1264,7 +1264,7 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
         below = [
             (k, mx.zeros(v.shape))
             for k, v in tree_flatten(loaded.model.parameters())
-            if ".lora_" in k and int(k.split(".layers.")[1].split(".")[0]) < n - top
+            if ".lora_" in k and lora_block(k) < n - top
         ]
         loaded.model.update(tree_unflatten(below))
     lora = save_lora_adapter(tmp_path / "lora", loaded)

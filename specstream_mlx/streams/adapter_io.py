@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
-from .config import FORMAT_VERSION, StreamConfig, next_token_config
+from .config import FORMAT_VERSION, StreamConfig, next_token_config, next_token_settings
 from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
@@ -392,18 +392,9 @@ def non_finite(weights: dict[str, mx.array]) -> list[str]:
 def _read_lora_adapter(source: str, folder: Path, config: dict, loaded) -> Adapter:
     """An mlx-lm LoRA folder: LoRA on every linear layer of the last `num_layers` blocks (-1:
     all of them, as mlx-lm reads it), checked whole."""
-    lora = config.get("lora_parameters")
-    lora = lora if isinstance(lora, dict) else {}
-    rank, scale = lora.get("rank"), lora.get("scale")
+    rank, scale, num_layers = next_token_settings(config, folder / CONFIG)
     n_layers = loaded.config["num_hidden_layers"]
-    if not isinstance(rank, int) or rank < 1 or not isinstance(scale, (int, float)):
-        raise SpecstreamError(f"unreadable {folder / CONFIG}: lora_parameters needs rank and scale")
-    num_layers = config.get("num_layers")
-    if type(num_layers) is not int or not (num_layers == -1 or num_layers >= 1):
-        raise SpecstreamError(
-            f"unreadable {folder / CONFIG}: num_layers must be a block count >= 1 or -1 (all), "
-            f"got {num_layers!r}"
-        )
+    lora = config["lora_parameters"]
     if lora.get("keys") is not None:
         raise SpecstreamError(
             f"adapter {folder}: only LoRA on every linear layer of its blocks is supported "

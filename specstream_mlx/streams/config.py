@@ -203,3 +203,18 @@ def next_token_config(num_layers: int, rank: int, scale: float, base_model: dict
         "format_version": FORMAT_VERSION,
         "base_model": base_model,
     }
+
+
+def next_token_settings(config: dict, where) -> tuple[int, float, int]:
+    """A next-token LoRA folder's rank, scale and block count (mlx-lm's `num_layers`: its top
+    blocks; -1: all) from its adapter_config.json `config`; `where` names the file in errors."""
+    lora = config.get("lora_parameters")
+    lora = lora if isinstance(lora, dict) else {}
+    rank, scale, blocks = lora.get("rank"), lora.get("scale"), config.get("num_layers")
+    if type(rank) is not int or rank < 1 or type(scale) not in (int, float):
+        raise SpecstreamError(f"unreadable {where}: lora_parameters needs rank and scale")
+    if type(blocks) is not int or not (blocks == -1 or blocks >= 1):
+        raise SpecstreamError(
+            f"unreadable {where}: num_layers must be a block count >= 1 or -1 (all), got {blocks!r}"
+        )
+    return rank, float(scale), blocks
