@@ -55,6 +55,12 @@ def add_parser(subparsers) -> None:
         help="shared: the streams learn through the shared LoRA alone (no adapters of their own)",
     )
     p.add_argument(
+        "--main-ignores-streams",
+        action="store_true",
+        help="shared: the main stream does not attend to the streams, so the streams' loss "
+        "cannot move its answers: decoding gives exactly the model with the LoRA alone",
+    )
+    p.add_argument(
         "--next-token-guess",
         action="store_true",
         help="the streams also start from the early-exit head's guess for the next token (its "
@@ -207,6 +213,8 @@ def run(args) -> int:
         )
     if args.from_adapter and not args.parent_rank:
         raise ss.SpecstreamError("--from trains parent heads: it needs --parent-rank")
+    if args.main_ignores_streams and args.mode != "shared":
+        raise ss.SpecstreamError(f"--main-ignores-streams is for --mode shared, not {args.mode}")
     for given, name in ((args.parent_rank, "--parent-rank"), (args.draft_vocab, "--draft-vocab")):
         if given and args.mode not in ("lossless", "shared"):
             raise ss.SpecstreamError(f"{name} is for stream adapters, not --mode {args.mode}")
@@ -240,6 +248,7 @@ def run(args) -> int:
             lora_rank=args.lora_rank,
             lora_scale=args.lora_scale,
             shared_stream_adapters=not args.no_stream_adapters,
+            main_reads_streams=not args.main_ignores_streams,
             next_token_guess=args.next_token_guess,
             attention_adapters=args.attention_adapters,
             parent_rank=args.parent_rank,

@@ -105,7 +105,7 @@ def components(loaded, arch, cache, rows: int, rounds: int) -> dict:
 def passes(loaded, arch, params, plan, cache, rounds: int) -> dict:
     tree = sparse_tree(1, [[5, 6, 7, 8]] * max(plan.depth, 1), plan.paths)
     cfg = params.config
-    n_streams = cfg.gamma if cfg.mode == "shared" else max(plan.depth, 1)
+    n_streams = cfg.gamma if cfg.main_needs_streams else max(plan.depth, 1)
     compiled_plain, compiled_tree = Passes(arch), Passes(arch, params)
     token = mx.array([9])
     root = draft_tree(9, [])
@@ -215,7 +215,7 @@ def main() -> None:
         plan = TreePlan(
             paths,
             expected_tokens(acc, paths),
-            curve.pass_ms(len(paths) + 1, cfg.gamma if cfg.mode == "shared" else depth,
+            curve.pass_ms(len(paths) + 1, cfg.gamma if cfg.main_needs_streams else depth,
                           cfg.n_msa_layers, depth),
             curve.plain_ms,
         )  # fmt: skip

@@ -202,7 +202,7 @@ def msa_layers(
     cfg = streams.config
     n_low, m = len(view.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
-    if cfg.mode == "shared" and gamma != cfg.gamma:
+    if cfg.main_needs_streams and gamma != cfg.gamma:
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
     nodes = np.arange(m) if stream_nodes is None else np.asarray(stream_nodes, dtype=int)
     rows = view.tensor(nodes).long()
@@ -213,7 +213,7 @@ def msa_layers(
         s = s + (view.embed(guess) @ streams.guess)[:, None]
     x = torch.cat([main, s.reshape(1, len(nodes) * gamma, -1)], dim=1)
     positions = torch.cat([depths, depths[rows].repeat_interleave(gamma)]) + prefix
-    mask = view.tensor(msa_mask(anc, prefix, gamma, cfg.mode == "shared", nodes))
+    mask = view.tensor(msa_mask(anc, prefix, gamma, cfg.main_needs_streams, nodes))
     cos, sin = view.rope(x, positions)
     for i, layer in enumerate(view.layers[n_low:]):
         cache = None if caches is None else caches[n_low + i]
@@ -307,7 +307,7 @@ def chain(tokens: list[int]) -> Tree:
 def prefill(view: View, streams: TorchStreams | None, tokens: list[int], caches) -> None:
     """Run prompt tokens into the caches, PREFILL_CHUNK per pass. A shared-mode model whose
     prompt tokens carry streams (prompt_streams) runs them with their streams."""
-    with_streams = streams is not None and streams.config.mode == "shared"
+    with_streams = streams is not None and streams.config.main_needs_streams
     with_streams = with_streams and streams.config.prompt_streams
     for start in range(0, len(tokens), PREFILL_CHUNK):
         piece = chain(tokens[start : start + PREFILL_CHUNK])
@@ -395,7 +395,7 @@ def speculative_decode(
     policy = (policy or TreePolicy.of(cfg)) if draft else TreePolicy()
     drafter = lookup_drafter(lookup) if lookup is not None and draft else None
     drafting = Drafting(policy, True, drafter, draft_override)
-    n_streams = cfg.gamma if cfg.mode == "shared" else max(policy.depth, 1)
+    n_streams = cfg.gamma if cfg.main_needs_streams else max(policy.depth, 1)
     caches = [LayerCache() for _ in view.layers]
     prefill(view, streams, prompt_ids[:-1], caches)
     vocab = None  # the adapter's draft vocabulary and the prompt's tokens, as in decoding.loop

@@ -542,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--checkpoint-every", type=int, default=25)
     p.add_argument(
+        "--main-ignores-streams",
+        action="store_true",
+        help="shared mode: the main stream does not attend to the streams (MLX train's option)",
+    )
+    p.add_argument(
         "--init",
         default=None,
         help="continue training this adapter folder (PyTorch or MLX, same settings)",
@@ -559,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecstreamError(f"--stream-weight must be in (0, 1], got {args.stream_weight}")
         if args.targets != "text" and args.mode != "lossless":
             raise SpecstreamError("--targets self is for lossless mode (shared mode's base moves)")
+        if args.main_ignores_streams and args.mode != "shared":
+            raise SpecstreamError(f"--main-ignores-streams is for shared mode, not {args.mode}")
         if next_token and args.init is not None:
             raise SpecstreamError("--init continues a stream adapter: lossless or shared mode")
         base = load_base(args.model, device=args.device)
@@ -571,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             stream_adapter_rank=args.rank,
             mode="shared" if next_token else args.mode,  # next-token: its LoRA settings alone
             lora_blocks=_top_blocks(args, base.config["num_hidden_layers"]),
+            main_reads_streams=not args.main_ignores_streams,
         )
         if not next_token:  # whose LoRA settings _top_blocks and add_lora check
             config.validate(base.config["num_hidden_layers"])

@@ -549,7 +549,7 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
         raise SpecstreamError(
             f"acceptance statistics are for {acceptance.gamma} streams, the adapter has {cfg.gamma}"
         )
-    shared = cfg.mode == "shared"
+    shared = cfg.main_needs_streams
     vocab = loaded.config["vocab_size"]
 
     def pass_ms(nodes: int, depth: int) -> float:

@@ -83,7 +83,7 @@ class Resolved:
 def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     """The Decoder for one generation with `loaded` (and the adapter on it)."""
     row = DECODERS[opts.decoder]
-    shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
+    shared = loaded.streams is not None and loaded.streams.config.main_needs_streams
     streams = loaded.streams if shared else None
     policy, tree, ran = TreePolicy(), None, opts.decoder
     if row.streams:
@@ -206,7 +206,7 @@ def _lookup_costs(
         gated = tuple(tree.get("gates", ())), tuple(tree.get("bin_expected_tokens", ()))
         cfg = dec.streams.config  # lossless streams may sit a chain's pass out
         bare = [curve.streams_pass_ms(cfg, vocab, 1 + n, 0, 0) for n in range(len(chain))]
-        bare = () if cfg.mode == "shared" else tuple(bare)
+        bare = () if cfg.main_needs_streams else tuple(bare)
         return LookupCosts(chain, tokens, tree_ms, *gated, bare)
     return LookupCosts(chain)
 
@@ -219,7 +219,7 @@ def _chains_run_streams(loaded, dec: Decoder, tree: dict | None, lookup: LookupC
     (streams included, for the pass after) instead of the streams' calibrated tree, and loses
     its ms a token less the tree's."""
     streams = dec.streams
-    if streams is None or dec.policy.depth == 0 or streams.config.mode == "shared":
+    if streams is None or dec.policy.depth == 0 or streams.config.main_needs_streams:
         return True
     curve = latency_curve(loaded, measure=False)
     if curve is None or not tree or "expected_tokens_per_pass" not in tree:

@@ -3,6 +3,9 @@ stays exact against the shared model's own plain decoding, training and decoding
 thing, and the base weights are never changed."""
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -397,3 +400,120 @@ def test_next_token_lora_of_the_top_blocks_is_stored_as_mlx_lm_reads_it(tiny_fol
     assert mx.allclose(ours(ids), want, atol=1e-5)
     theirs, _ = mlx_lm_load(str(tiny_folders["llama"]), adapter_path=str(folder))
     assert mx.allclose(theirs(ids), want, atol=1e-5)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    gamma=st.integers(1, 3),
+    n_msa=st.integers(1, 3),
+    prompt=st.text(min_size=1, max_size=30).filter(str.strip),
+    length=st.integers(1, 16),
+    seed=st.integers(0, 1000),
+    compiled=st.booleans(),
+    parent=st.sampled_from([0, 4]),
+)
+def test_a_main_stream_that_ignores_its_streams_decodes_the_lora_model_exactly(
+    shared_models, family, gamma, n_msa, prompt, length, seed, compiled, parent
+):
+    """main_reads_streams false: whatever the streams hold (here strong enough to move a main
+    stream that read them), `ss` and `ar` give the tokens of the model with its LoRA alone."""
+    loaded, _ = shared_models[family]
+    params = shared_streams(
+        loaded, seed, gamma=gamma, n_msa_layers=n_msa, main_reads_streams=False, parent_rank=parent
+    )
+    params.stream_embeddings = params.stream_embeddings * 50
+    lora_alone = ss.generate(loaded, prompt, max_tokens=length, compile=False)
+    loaded.streams = params
+    try:
+        plain = ss.generate(loaded, prompt, max_tokens=length, compile=compiled)
+        spec = ss.generate(
+            loaded, prompt, max_tokens=length, decoder="ss", streams=params, compile=compiled
+        )
+    finally:
+        loaded.streams = None
+    assert plain.token_ids == spec.token_ids == lora_alone.token_ids
+    assert spec.stats.forward_passes <= plain.stats.forward_passes
+
+
+def test_training_a_main_stream_that_ignores_its_streams_matches_decoding(shared_models):
+    """The training forward's mask is decoding's: with main_reads_streams false its main-stream
+    argmax is the LoRA model's greedy decoding, streams that matter or not; and a config cannot
+    ask the prompt's tokens to carry streams that nothing reads."""
+    loaded, _ = shared_models["llama"]
+    params = shared_streams(loaded, 3, gamma=3, n_msa_layers=2, main_reads_streams=False)
+    params.stream_embeddings = params.stream_embeddings * 50
+    prompt = [3, 40, 41, 42, 43, 44]
+    decoded = ss.generate(loaded, prompt, max_tokens=12).token_ids
+    arch = arch_of(loaded.model, "llama")
+    ids = mx.array(prompt + decoded)
+    mask = np.array([False] * len(prompt) + [True] * len(decoded))
+    carry = positions.shared_stream_positions(params.config, mask)
+    _, main, _ = forward.shared_hidden(arch, params, forward.Frozen.of(arch, ids, 0), carry)
+    argmax = np.array(mx.argmax(arch.lm_head(arch.norm(main)), axis=-1))
+    assert list(argmax[len(prompt) - 1 : -1]) == decoded
+    with pytest.raises(ss.SpecstreamError, match="prompt_streams needs"):
+        StreamConfig(mode="shared", main_reads_streams=False, prompt_streams=True).validate()
+    with pytest.raises(ss.SpecstreamError, match="main_reads_streams must be true or false"):
+        StreamConfig(mode="shared", main_reads_streams="no").validate()
+
+
+def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapter(
+    tiny_folders, tmp_path
+):
+    """pack_lora_streams: a next-token LoRA folder and lossless streams trained over that LoRA
+    merged into the base make one adapter for the untouched base, which decodes exactly the
+    LoRA's tokens and drafts exactly as the streams did on the merged model (the same passes);
+    it records both folders' training and keeps the streams' acceptance statistics."""
+    from specstream_mlx.calibration import measure_acceptance
+    from specstream_mlx.streams.acceptance import Acceptance
+    from specstream_mlx.streams.adapter_io import pack_lora_streams, save_lora_adapter
+
+    folder = str(tiny_folders["llama"])
+    base = ss.load(folder)
+    apply_lora(base.model, rank=4, scale=2.0)
+    randomize_lora(base.model, seed=5)
+    lora = save_lora_adapter(tmp_path / "lora", base, extra={"training": {"data": "rows A"}})
+    merged = ss.load(folder, adapter=str(lora))  # the LoRA fused into the weights
+    cfg = StreamConfig(gamma=2, n_msa_layers=2, parent_rank=4)
+    params = StreamParams(cfg, merged.config["hidden_size"]).randomize(7)
+    params.stream_embeddings = params.stream_embeddings * 50  # would move a main that read them
+    params.acceptance = Acceptance.from_ranks([[0, 0]] * 40 + [[1, 0]] * 10, 2, "a test")
+    lossless = save_adapter(tmp_path / "streams", params, merged, {"training": {"data": "rows B"}})
+
+    out = pack_lora_streams(lora, lossless, tmp_path / "packed", ss.load(folder))
+    config = json.loads((out / "adapter_config.json").read_text())
+    stored = config["stream_config"]
+    assert (stored["mode"], stored["main_reads_streams"], stored["lora_rank"]) == (
+        "shared",
+        False,
+        4,
+    )
+    assert config["training"]["lora"]["training"] == {"data": "rows A"}
+    assert config["training"]["streams"]["training"] == {"data": "rows B"}
+    assert (out / "acceptance.json").read_text() == (lossless / "acceptance.json").read_text()
+
+    user = ss.load(folder, adapter=str(out))
+    prompt = [3, 40, 41, 42, 43, 44]
+    packed = ss.generate(user, prompt, max_tokens=16, decoder="ss", tree="adapter")
+    lora_alone = ss.generate(merged, prompt, max_tokens=16)
+    assert packed.token_ids == lora_alone.token_ids and packed.decoder == "ss"
+    probed = [
+        measure_acceptance(m, p, [prompt], 16) for m, p in ((user, user.streams), (merged, params))
+    ]
+    assert probed[0].to_dict() == probed[1].to_dict()  # the same ranks, the same confidences
+    with pytest.raises(ss.SpecstreamError, match="not a next-token LoRA folder"):
+        pack_lora_streams(lossless, lossless, tmp_path / "bad", ss.load(folder))
+    with pytest.raises(ss.SpecstreamError, match="not a lossless stream adapter"):
+        pack_lora_streams(lora, out, tmp_path / "bad", ss.load(folder))
+    script = Path(__file__).resolve().parent.parent / "scripts" / "pack_lora_streams.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(lossless), str(lossless), str(tmp_path / "bad"),
+         "--model", folder],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("pack_lora_streams: ") and "not a next-token" in proc.stderr
+    assert not (tmp_path / "bad").exists()

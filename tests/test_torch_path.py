@@ -201,6 +201,7 @@ def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path):
         ("shared", {}),
         ("shared", {"prompt_streams": True}),
         ("shared", {"shared_stream_adapters": False}),
+        ("shared", {"main_reads_streams": False}),
     ],
 )
 def test_training_loss_equals_the_mlx_trainers(pairs, tmp_path, mode, extra):

@@ -693,3 +693,31 @@ def test_draft_vocabulary_is_the_commonest_targets():
     assert draft_vocabulary(examples, 9) == (2, 5, 7)
     with pytest.raises(ss.SpecstreamError, match="no target tokens"):
         draft_vocabulary([Example([1, 2], [False, False])], 4)
+
+
+def test_train_cli_trains_a_shared_adapter_whose_main_stream_ignores_its_streams(
+    tiny_folders, data_file, tmp_path
+):
+    """--main-ignores-streams: the adapter records main_reads_streams false and `ss` decodes
+    the tokens of its LoRA alone (its streams taken off); lossless mode refuses the flag."""
+    from .test_cli import assert_clean_error
+
+    base = [sys.executable, "-m", "specstream_apps.cli", "train", "--model",
+            str(tiny_folders["llama"]), "--data", str(data_file), "--steps", "3",
+            "--batch-size", "2", "--val-every", "3", "--msa-layers", "2",
+            "--main-ignores-streams"]  # fmt: skip
+    out = tmp_path / "blind"
+    proc = subprocess.run([*base, "--mode", "shared", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((out / "adapter_config.json").read_text())["stream_config"]
+    assert (config["mode"], config["main_reads_streams"]) == ("shared", False)
+    loaded = ss.load(str(tiny_folders["llama"]), adapter=str(out))
+    spec = ss.generate(loaded, "count from 3", max_tokens=16, decoder="ss", tree="adapter")
+    streams, loaded.streams = loaded.streams, None
+    assert spec.token_ids == ss.generate(loaded, "count from 3", max_tokens=16).token_ids
+    assert streams is not None and spec.decoder == "ss"
+    refused = subprocess.run([*base, "--mode", "lossless", "--out", str(tmp_path / "no")],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert_clean_error(refused, "--main-ignores-streams is for --mode shared, not lossless")
+    assert not (tmp_path / "no").exists()

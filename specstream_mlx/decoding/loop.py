@@ -73,7 +73,7 @@ class Decoder:
         if self.streams is None:
             return 0
         cfg = self.streams.config
-        if cfg.mode == "shared" or self.probe is not None:
+        if cfg.main_needs_streams or self.probe is not None:
             return cfg.gamma
         return max(self.policy.depth, 1)
 
@@ -166,7 +166,7 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
     caches = make_cache(dec.model, dec.kv_bits)
     prefix = prompt_ids[:-1]
     cfg = dec.streams.config if dec.streams is not None else None
-    with_streams = cfg is not None and cfg.mode == "shared" and cfg.prompt_streams
+    with_streams = cfg is not None and cfg.main_needs_streams and cfg.prompt_streams
     for start in range(0, len(prefix), PREFILL_CHUNK):
         if dec.stop is not None and dec.stop():
             return None
@@ -363,7 +363,7 @@ class MlxForward:
         dec = self.dec
         if drafts or dec.streams is None or dec.probe is not None or dec.override is not None:
             return dec.n_streams
-        return dec.n_streams if dec.streams.config.mode == "shared" else 0
+        return dec.n_streams if dec.streams.config.main_needs_streams else 0
 
     def _compiled(self, tree: Tree, drafts: bool, g: int) -> TreeOutput:
         n, drafted = len(tree), self.dec.drafted

@@ -119,7 +119,7 @@ def tree_arrays(tree: Tree, params, n_streams: int) -> list[mx.array]:
     arrays = [mx.array(tree.depths), mx.array(anc)]
     if params is None:
         return arrays
-    full = msa_mask(anc, 0, n_streams, params.config.mode == "shared")  # (R, N + N*g)
+    full = msa_mask(anc, 0, n_streams, params.config.main_needs_streams)  # (R, N + N*g)
     n = len(tree)
     return arrays + [mx.array(full[:, :n]), mx.array(full[:, n:])]
 

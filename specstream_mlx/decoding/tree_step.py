@@ -191,7 +191,7 @@ def msa_layers(
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
-    if cfg.mode == "shared" and gamma != cfg.gamma:
+    if cfg.main_needs_streams and gamma != cfg.gamma:
         raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
     x, positions = main, rows.depths + rows.prefix
     if gamma:
@@ -293,7 +293,7 @@ def tree_forward(
     kept = mx.array(survivors)
     anc = tree.ancestors()[np.ix_(survivors, survivors)]
     depths = mx.array(tree.depths)[kept]
-    rows = MsaRows.of(depths, anc, prefix, gamma, cfg.mode == "shared")
+    rows = MsaRows.of(depths, anc, prefix, gamma, cfg.main_needs_streams)
     x = msa_layers(arch, params, h[:, kept], rows, caches, gamma)
     if not gamma:  # the streams sat this pass out (lossless)
         return TreeOutput(survivors, arch.lm_head(arch.norm(x[0])), None)
@@ -314,6 +314,6 @@ def prefill_with_streams(arch: Arch, params: StreamParams, piece: list[int], cac
     prefix = caches[0].offset
     h = _lower_layers(arch, n_low, chain, caches, prefix)
     depths = mx.array(chain.depths)
-    shared = params.config.mode == "shared"
+    shared = params.config.main_needs_streams
     rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, shared)
     msa_layers(arch, params, h, rows, caches)

@@ -60,10 +60,7 @@ def save_adapter(
 ) -> Path:
     """Write an adapter folder atomically (built beside the target, then renamed). A shared-mode
     adapter also holds the LoRA tensors of `loaded.model`."""
-    folder = Path(folder)
-    if folder.exists() and not overwrite:
-        raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
-    weights = dict(tree_flatten(params.parameters()))
+    lora, config = {}, params.config
     if params.config.mode == "shared":
         want = {(params.config.lora_rank, params.config.lora_scale)}
         if lora_settings(loaded.model) != want:
@@ -71,10 +68,16 @@ def save_adapter(
                 f"a shared-mode adapter needs LoRA layers {want} on the model; it has "
                 f"{lora_settings(loaded.model) or 'none'}"
             )
-        lora, stream_config = _stored_lora(lora_weights(loaded.model), params.config)
-        weights.update(lora)
-    else:
-        stream_config = params.config
+        lora, config = _stored_lora(lora_weights(loaded.model), params.config)
+    return _save(folder, params, config, lora, loaded, extra, overwrite)
+
+
+def _save(folder, params, stream_config, lora: dict, loaded, extra, overwrite: bool) -> Path:
+    """Write `params`'s tensors and `lora`'s (shared mode) under `stream_config`."""
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise SpecstreamError(f"adapter folder exists: {folder} (pass --overwrite to replace it)")
+    weights = {**dict(tree_flatten(params.parameters())), **lora}
     config = {
         "format_version": FORMAT_VERSION,
         "stream_config": stream_config.to_dict(),
@@ -97,6 +100,49 @@ def _stored_lora(lora: dict, config: StreamConfig) -> tuple[dict, StreamConfig]:
         return lora, replace(config, lora_blocks=None)
     kept = {k: v for k, v in lora.items() if lora_block(k) in used}
     return kept, replace(config, lora_blocks=tuple(sorted(used)))
+
+
+def pack_lora_streams(
+    lora_folder: str | os.PathLike,
+    streams_folder: str | os.PathLike,
+    out: str | os.PathLike,
+    loaded,
+    overwrite: bool = False,
+) -> Path:
+    """A shared-mode adapter whose main stream ignores its streams (main_reads_streams false),
+    from a next-token LoRA folder and a lossless adapter trained on that LoRA merged into the
+    base (scripts/fuse_next_token.py): decoding gives the LoRA's answers exactly, and the
+    streams draft as they did on the merged model (on every row the fused LoRA is the same
+    weights). Both are read against `loaded`, the untouched base; OUT records both sources'
+    training (their data's licences included) and keeps the streams' acceptance.json."""
+    lora, streams = read_adapter(lora_folder, loaded), read_adapter(streams_folder, loaded)
+    if lora.streams is not None or not lora.lora:
+        raise SpecstreamError(f"{lora_folder}: not a next-token LoRA folder (mlx-lm's format)")
+    if streams.streams is None or streams.streams.config.mode != "lossless":
+        raise SpecstreamError(f"{streams_folder}: not a lossless stream adapter")
+    used, n_layers = blocks_in_use(lora.lora), loaded.config["num_hidden_layers"]
+    if not used:
+        raise SpecstreamError(f"{lora_folder}: its LoRA is zero (untrained)")
+    config = replace(
+        streams.streams.config,
+        mode="shared",
+        main_reads_streams=False,
+        prompt_streams=False,
+        shared_stream_adapters=True,
+        lora_rank=lora.lora_rank,
+        lora_scale=lora.lora_scale,
+        lora_blocks=None if len(used) == n_layers else tuple(sorted(used)),
+    ).validate(n_layers)
+    records = {}
+    for name, folder in (("lora", lora_folder), ("streams", streams_folder)):
+        records[name] = json.loads((resolve_adapter(folder, loaded) / CONFIG).read_text())
+    extra = {
+        "training": {k: {"adapter": str(f), "training": records[k].get("training")}
+                     for k, f in (("lora", lora_folder), ("streams", streams_folder))},
+        **{k: v for k, v in records["streams"].items() if k == "draft_vocab_from"},
+    }  # fmt: skip
+    weights = {k: v for k, v in lora.lora.items() if lora_block(k) in used}
+    return _save(out, streams.streams, config, weights, loaded, extra, overwrite)
 
 
 def save_lora_adapter(

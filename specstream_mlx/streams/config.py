@@ -33,6 +33,12 @@ class StreamConfig:
     # lossless mode), on top of the LoRA they share with the main stream. With LoRA alone the
     # streams learned little (docs/BENCHMARKS.md); adapters saved before this field had none.
     shared_stream_adapters: bool = True
+    # Shared mode: the main stream attends to the streams in the MSA layers (the paper). False:
+    # it does not, so the main stream is the base with the LoRA alone and speculation is
+    # lossless against it: the streams of a task LoRA that must keep its answers exactly (for
+    # instance lossless streams trained over the LoRA fused into the base; scripts/
+    # pack_lora_streams.py). Adapters saved before this field existed had the paper's.
+    main_reads_streams: bool = True
     # Streams that know the next token (issue 20, beyond the paper): the early-exit head's guess
     # for the next token (its argmax at the pruning point) is embedded, projected by a learned
     # (d, d) matrix and added to every stream's initial state, so stream 1 predicts the token
@@ -64,6 +70,12 @@ class StreamConfig:
     def has_stream_adapters(self) -> bool:
         return self.mode == "lossless" or self.shared_stream_adapters
 
+    @property
+    def main_needs_streams(self) -> bool:
+        """The main stream attends to the streams, so its tokens depend on them: every pass
+        runs all gamma streams, and plain decoding is the model with its streams."""
+        return self.mode == "shared" and self.main_reads_streams
+
     def validate(self, n_layers: int | None = None) -> StreamConfig:
         """Raise one SpecstreamError listing every out-of-range field."""
         _check_types(self)
@@ -92,6 +104,12 @@ class StreamConfig:
             problems.append(
                 f"shared_stream_adapters must be true or false, got {self.shared_stream_adapters!r}"
             )
+        if not isinstance(self.main_reads_streams, bool):
+            problems.append(
+                f"main_reads_streams must be true or false, got {self.main_reads_streams!r}"
+            )
+        elif self.prompt_streams is True and not self.main_needs_streams:
+            problems.append("prompt_streams needs a shared-mode main stream that reads them")
         if not isinstance(self.next_token_guess, bool):
             problems.append(
                 f"next_token_guess must be true or false, got {self.next_token_guess!r}"

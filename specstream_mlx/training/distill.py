@@ -97,7 +97,7 @@ def distill(
     every = batch_size if log_every is None else log_every
     if not todo:
         return stats
-    shared = loaded.streams is not None and loaded.streams.config.mode == "shared"
+    shared = loaded.streams is not None and loaded.streams.config.main_needs_streams
     if shared:
         answers = _own_answers(loaded, todo, max_tokens)
     else:

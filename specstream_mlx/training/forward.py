@@ -177,7 +177,7 @@ def stream_hidden(arch: Arch, params: StreamParams, feats: BaseFeatures, positio
     rows = mx.array(positions)
     x = stream_inputs(arch, params, feats.h_low[rows], gamma)  # (1, P * gamma, d)
     chain = np.tril(np.ones((t, t), bool))  # a sequence: every earlier token is an ancestor
-    mask = _msa_mask(chain, 0, gamma, cfg.mode == "shared", positions)[t:]  # stream rows
+    mask = _msa_mask(chain, 0, gamma, cfg.main_needs_streams, positions)[t:]  # stream rows
     main_kv = [FrozenMainCache(*kv) for kv in feats.main_kv]
     with arch.positions(mx.repeat(rows, gamma)):
         x = msa_block(arch, params, x, 0, mask, main_kv)
@@ -322,7 +322,7 @@ def shared_hidden(arch: Arch, params: StreamParams, frozen: Frozen, carry: np.nd
     t = frozen.h.shape[1]
     h = blocks(arch, frozen.h, frozen.blocks, len(arch.layers) - cfg.n_msa_layers)  # (1, T, d)
     chain = np.tril(np.ones((t, t), bool))
-    rows = MsaRows.of(mx.arange(t), chain, 0, cfg.gamma, cfg.mode == "shared", carry)
+    rows = MsaRows.of(mx.arange(t), chain, 0, cfg.gamma, cfg.main_needs_streams, carry)
     x = msa_layers(arch, params, h, rows, None)
     return h[0], x[0, :t], x[0, t:].reshape(len(carry), cfg.gamma, -1)
 
