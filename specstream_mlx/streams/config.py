@@ -19,7 +19,7 @@ class StreamConfig:
     prune_threshold: float = 0.0  # drop a child whose early-exit transition probability is lower
     stream_adapter_rank: int = 8
     prune_rank: int = 8
-    mode: str = "lossless"  # lossless: frozen base; shared: LoRA in all layers, main sees streams
+    mode: str = "lossless"  # lossless: frozen base; shared: LoRA in all layers (main_reads_streams)
     lora_rank: int = 8  # shared mode: rank of the LoRA adapters in every layer
     lora_scale: float = 20.0  # shared mode: LoRA output scale (mlx-lm's; PEFT's alpha / r)
     # Shared mode: the blocks whose LoRA the adapter's file holds; the others' LoRA is zero (an
