@@ -57,8 +57,9 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--main-ignores-streams",
         action="store_true",
-        help="shared: the main stream does not attend to the streams, so the streams' loss "
-        "cannot move its answers: decoding gives exactly the model with the LoRA alone",
+        help="shared: the main stream does not attend to the streams, so `ss` decodes exactly "
+        "the model with the LoRA alone (the LoRA still learns from the streams' loss too; to "
+        "keep a trained LoRA's answers, see scripts/pack_lora_streams.py)",
     )
     p.add_argument(
         "--next-token-guess",
@@ -213,6 +214,8 @@ def run(args) -> int:
         )
     if args.from_adapter and not args.parent_rank:
         raise ss.SpecstreamError("--from trains parent heads: it needs --parent-rank")
+    if args.main_ignores_streams and args.from_adapter:
+        raise ss.SpecstreamError("--main-ignores-streams: --from keeps the adapter's own setting")
     if args.main_ignores_streams and args.mode != "shared":
         raise ss.SpecstreamError(f"--main-ignores-streams is for --mode shared, not {args.mode}")
     for given, name in ((args.parent_rank, "--parent-rank"), (args.draft_vocab, "--draft-vocab")):

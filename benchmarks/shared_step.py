@@ -85,8 +85,8 @@ def main() -> None:
     manager = AdapterManager(loaded)
     with manager.use(args.adapter) as session:
         cfg = session.streams.config if session.streams is not None else None
-    if cfg is None or cfg.mode != "shared":
-        raise SystemExit(f"{args.adapter} is not a shared-mode adapter")
+    if cfg is None or not cfg.main_needs_streams:
+        raise SystemExit(f"{args.adapter}: not an adapter whose main stream reads its streams")
     rounds = [one_round(manager, args.adapter, args.steps) for _ in range(args.rounds)]
     times = {k: [r[k] for r in rounds] for k in rounds[0]}
     ms = {k: round(statistics.median(v), 2) for k, v in times.items()}

@@ -314,6 +314,16 @@ def _run_identity(streams, cfg: TrainConfig, examples) -> tuple:
     return what, settings, [len(e.ids) for e in examples]
 
 
+def _with_new_fields(saved: tuple, identity: tuple) -> tuple:
+    """A checkpoint's identity with the StreamConfig fields added since it was saved (absent
+    from it) at their defaults, as its run ran them."""
+    then, now = saved[0], identity[0]
+    if not isinstance(then, dict) or not isinstance(now, dict):
+        return saved
+    defaults = asdict(StreamConfig())
+    return ({**{k: defaults[k] for k in now if k not in then}, **then}, *saved[1:])
+
+
 def _save_checkpoint(path: Path, state: dict) -> None:
     """Atomically: written beside, then renamed over the previous one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -458,7 +468,7 @@ def _resume(path: Path, identity: tuple, modules: list, optimizer, draw: _Draw) 
     """Load the checkpoint `_state` wrote into the run (refused when it is another run's)."""
     # onto the CPU first (load_state_dict moves it): a run cut on a GPU resumes anywhere
     state = torch.load(path, map_location="cpu", weights_only=False)
-    if state["config"] != identity:
+    if _with_new_fields(state["config"], identity) != identity:
         raise SpecstreamError(
             f"checkpoint {path} is of another run (config or data differ): remove it to start over"
         )

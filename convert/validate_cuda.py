@@ -162,9 +162,9 @@ def validate(
     for n, (policy, _) in sized.items():
         methods[f"ss@{n}"] = lambda ids, p=policy: ss(ids, policy=p)
         methods[f"ss+pld@{n}"] = lambda ids, p=policy: ss(ids, policy=p, lookup=LookupConfig())
-    if cfg.mode == "shared":
+    if cfg.main_needs_streams:  # plain decoding runs the streams the main stream reads
         methods["ss-plain"] = lambda ids: ss(ids, draft=False)
-    reference = "ss-plain" if cfg.mode == "shared" else "ar"
+    reference = "ss-plain" if cfg.main_needs_streams else "ar"
     sampled = sampling is not None and not sampling.greedy
     encoded = [(c, base.encode_chat(p)) for c, p in prompts]
     for run in methods.values():  # warm-up: CUDA kernels, allocator

@@ -7,7 +7,7 @@
 #   scripts/make_packed_adapter.sh sql|data2text|summarize
 #   OUT=../runs/sql_packed/sql scripts/make_packed_adapter.sh sql
 #
-# Steps (each skipped when its output exists, so a rerun resumes; the trainers resume from their
+# Steps (1-4 skipped when their output exists, so a rerun resumes; the trainers resume from their
 # checkpoints too), in RUN_DIR (default ../runs):
 #   1. the next-token baseline, every block (BASELINE, default RUN_DIR/baselines/TASK_next_token_all:
 #      `make_task_adapter.sh TASK --baseline-only`, the shipped tool's rows and budget; ENGINE=torch
@@ -21,6 +21,8 @@
 #      convert round trip), the shipped default tree (k=1, 2 nodes) and the acceptance
 #      statistics measured (`calibrate --measure-acceptance`, dev items 40-87) into OUT
 #      (default specstream_mlx/adapters/TASK; its README.md is kept).
+# STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
+# RUN_DIR and OUT elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -34,6 +36,8 @@ case "$task" in  # as scripts/make_task_adapter.sh
         parent_steps=250 suite=dialogsum dev=dialogsum/dev.jsonl ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
+steps=${STEPS:-$steps}
+parent_steps=${PARENT_STEPS:-$parent_steps}
 run=${RUN_DIR:-../runs}
 baseline=${BASELINE:-$run/baselines/${task}_next_token_all}
 out=${OUT:-specstream_mlx/adapters/$task}

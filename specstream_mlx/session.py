@@ -95,7 +95,10 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
                 streams = None
     drafter = opts.drafter
     if drafter is not None and shared:
-        raise SpecstreamError("a drafter verifies on the base model, not a shared adapter")
+        raise SpecstreamError(
+            "a drafter verifies on the model alone, not with an adapter whose main stream reads "
+            "its streams"
+        )
     supported = loaded.config["model_type"] in SUPPORTED
     if not supported and (row.streams or row.lookup or drafter is not None or shared):
         arch_of(loaded.model, loaded.config["model_type"])  # raises the clear error

@@ -250,8 +250,8 @@ def test_training_refuses_mismatched_lora_and_resume_with_other_streams(tiny_fol
 
 def test_adapters_saved_before_prompt_streams_keep_running_them():
     old = StreamConfig(mode="shared").to_dict()
-    del old["prompt_streams"], old["shared_stream_adapters"]
-    assert StreamConfig.from_dict(old).prompt_streams is True
+    del old["prompt_streams"], old["shared_stream_adapters"], old["main_reads_streams"]
+    assert StreamConfig.from_dict(old).prompt_streams is True  # and the main reads them
     assert StreamConfig.from_dict(old).has_stream_adapters is False
     new = StreamConfig.from_dict(StreamConfig(mode="shared").to_dict())
     assert new.prompt_streams is False and new.has_stream_adapters is True

@@ -170,16 +170,26 @@ def test_torch_lossless_decoder_equals_plain_greedy(
     assert [t for s in random_streams for t in s.tokens] == truth[:length]
 
 
-def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path):
+@pytest.mark.parametrize("main_reads", [True, False])
+def test_torch_shared_decoder_equals_its_plain_decoding(pairs, tmp_path, main_reads):
+    """The torch decoder of a shared adapter is exact against its plain decoding; where the
+    main stream ignores the streams (strong ones here), that is the LoRA model's own greedy."""
     from convert.torch_adapter import remove_lora as remove_torch_lora
 
     loaded, base = pairs["qwen2"]
-    folder, _ = mlx_adapter(loaded, tmp_path / "a", "shared", seed=5, gamma=2, n_msa_layers=2)
+    folder, _ = mlx_adapter(
+        loaded, tmp_path / "a", "shared", 5, gamma=2, n_msa_layers=2, main_reads_streams=main_reads
+    )
     streams = load_torch_adapter(folder, base)
     try:
         prompt = list(range(40, 60))
+        if not main_reads:
+            with torch.no_grad():
+                streams.stream_embeddings.mul_(50)
         plain = speculative_decode(base.model, streams, prompt, 20, draft=False)
         plain = [t for s in plain for t in s.tokens]
+        if not main_reads:
+            assert plain == hf_greedy(base.model, prompt, 20)
         truth = plain + [0] * 4
 
         def oracle(history):
@@ -919,6 +929,25 @@ def test_validate_sizes_the_tree_from_the_acceptance_statistics(trained, pairs, 
     capsys.readouterr()
     assert validate([*argv[:-1], "4,x", "--adapter", str(folder)]) == 2
     assert "--trees" in capsys.readouterr().err
+
+
+def test_a_torch_checkpoint_saved_before_a_new_stream_setting_still_resumes():
+    """A checkpoint's run identity lacks StreamConfig fields added since it was saved; they ran
+    at their defaults, so it is the same run (and a changed setting is still another run)."""
+    from convert.torch_train import _with_new_fields
+
+    now = StreamConfig(mode="shared").to_dict()
+    then = {k: v for k, v in now.items() if k != "main_reads_streams"}
+    assert _with_new_fields((then, {"steps": 3}, [5]), (now, {"steps": 3}, [5])) == (
+        now, {"steps": 3}, [5],
+    )  # fmt: skip
+    other = {**then, "gamma": 2}
+    assert _with_new_fields((other, {}, []), (now, {}, []))[0] != now
+    assert _with_new_fields(("next-token", {}, []), ("next-token", {}, [])) == (
+        "next-token",
+        {},
+        [],
+    )
 
 
 def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys, data):

@@ -720,4 +720,8 @@ def test_train_cli_trains_a_shared_adapter_whose_main_stream_ignores_its_streams
     refused = subprocess.run([*base, "--mode", "lossless", "--out", str(tmp_path / "no")],
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert_clean_error(refused, "--main-ignores-streams is for --mode shared, not lossless")
+    refused = subprocess.run([*base, "--mode", "shared", "--parent-rank", "4", "--from", str(out),
+                              "--out", str(tmp_path / "no")],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert_clean_error(refused, "--from keeps the adapter's own setting")
     assert not (tmp_path / "no").exists()

@@ -108,7 +108,7 @@ class StreamConfig:
             problems.append(
                 f"main_reads_streams must be true or false, got {self.main_reads_streams!r}"
             )
-        elif self.prompt_streams is True and not self.main_needs_streams:
+        elif self.prompt_streams is True and self.mode == "shared" and not self.main_reads_streams:
             problems.append("prompt_streams needs a shared-mode main stream that reads them")
         if not isinstance(self.next_token_guess, bool):
             problems.append(
@@ -143,7 +143,8 @@ class StreamConfig:
     @classmethod
     def from_dict(cls, data: dict) -> StreamConfig:
         known = {f.name for f in fields(cls)}
-        if data.get("mode") == "shared":  # adapters made before these fields existed
+        if data.get("mode") == "shared" and "main_reads_streams" not in data:
+            # adapters made before these fields existed (main_reads_streams came last)
             data = {"prompt_streams": True, "shared_stream_adapters": False, **data}
         unknown = sorted(set(data) - known - {"tree"})
         if unknown:  # a typo would otherwise fall back to a default silently
