@@ -141,6 +141,18 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == An adapter kind that keeps a LoRA's answers (issues 20 and 18) ==
+    # the packed recipe's smoke run (2-step baseline and streams, about 10 min), then plain
+    # decoding of it and of the shipped sql beside mlx-lm on 10 dev rows (about 5 min)
+    S="An adapter kind that keeps a LoRA's answers"
+    step "$S" ensure runs/packed_smoke/sql env STEPS=2 PARENT_STEPS=2 RUN_DIR=runs/packed_smoke \
+        OUT=runs/packed_smoke/sql scripts/make_packed_adapter.sh sql
+    for a in runs/packed_smoke/sql sql; do
+        step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+            --adapter $a --methods ar,mlx-lm --limit 10 --max-tokens 64 \
+            --json $R/bench_plain_$( [ $a = sql ] && echo sql_shipped_10_s65 || echo packed_smoke_10).json
+    done
+
     # == summarize holds its quality against a full-budget baseline (issue 20) ==
     # summarize's torch baseline (about 95 min alone, if missing) scored beside the shipped
     # tool on 100 dev rows (about 18 min), sql against its baseline on all 200 dev rows (about
