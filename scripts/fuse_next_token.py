@@ -36,7 +36,7 @@ def main() -> int:
     from convert.torch_streams import TorchStreams
     from specstream_mlx.errors import SpecstreamError
     from specstream_mlx.folders import staged_folder
-    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.config import MERGED_LORA, StreamConfig, weights_sha256
 
     out = Path(args.out)
     try:  # the LoRA's settings and OUT checked before the model loads
@@ -62,6 +62,7 @@ def main() -> int:
         config = model.config.to_dict()
         config.pop("quantization_config", None)  # a GGUF base: the weights written are float32
         config["torch_dtype"] = "float32"
+        config[MERGED_LORA] = {"adapter": str(args.lora), "sha256": weights_sha256(args.lora)}
         rope = config.get("rope_parameters") or {}
         if "rope_theta" in rope:  # transformers 5 nests it; mlx-lm reads it at the top
             config["rope_theta"] = rope["rope_theta"]

@@ -3,6 +3,7 @@ stays exact against the shared model's own plain decoding, training and decoding
 thing, and the base weights are never changed."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -470,6 +471,7 @@ def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapt
     from specstream_mlx.calibration import measure_acceptance
     from specstream_mlx.streams.acceptance import Acceptance
     from specstream_mlx.streams.adapter_io import pack_lora_streams, save_lora_adapter
+    from specstream_mlx.streams.config import MERGED_LORA
 
     folder = str(tiny_folders["llama"])
     base = ss.load(folder)
@@ -506,6 +508,14 @@ def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapt
     assert probed[0].to_dict() == probed[1].to_dict()  # the same ranks, the same confidences
     with pytest.raises(ss.SpecstreamError, match="not a next-token LoRA folder"):
         pack_lora_streams(lossless, lossless, tmp_path / "bad", ss.load(folder))
+    other = tmp_path / "merged_other"  # a merged model folder of another LoRA, as its config says
+    shutil.copytree(folder, other)
+    config = json.loads((other / "config.json").read_text())
+    config[MERGED_LORA] = {"adapter": "elsewhere", "sha256": "0" * 64}
+    (other / "config.json").write_text(json.dumps(config))
+    trained_there = save_adapter(tmp_path / "streams_other", params, ss.load(str(other)))
+    with pytest.raises(ss.SpecstreamError, match="the merge of another LoRA"):
+        pack_lora_streams(lora, trained_there, tmp_path / "bad", ss.load(folder))
     with pytest.raises(ss.SpecstreamError, match="not a lossless stream adapter"):
         pack_lora_streams(lora, out, tmp_path / "bad", ss.load(folder))
     script = Path(__file__).resolve().parent.parent / "scripts" / "pack_lora_streams.py"

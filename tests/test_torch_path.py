@@ -1283,6 +1283,7 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
     writes loads as a model (MLX and PyTorch) with the base+LoRA's logits; it refuses to replace
     a folder without --overwrite."""
     from specstream_mlx.streams.adapter_io import save_lora_adapter
+    from specstream_mlx.streams.config import MERGED_LORA, weights_sha256
 
     from .test_shared import randomize_lora
 
@@ -1310,6 +1311,8 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
     with torch.no_grad():
         theirs = load_base(str(out)).model(torch.tensor(np.array(ids))).logits[0].numpy()
     assert np.allclose(theirs, want, atol=1e-4)
+    merged_from = json.loads((out / "config.json").read_text())[MERGED_LORA]
+    assert merged_from == {"adapter": str(lora), "sha256": weights_sha256(lora)}
     again = subprocess.run(run, capture_output=True, text=True)
     assert again.returncode == 1 and "--overwrite" in again.stderr
     assert "Traceback" not in again.stderr

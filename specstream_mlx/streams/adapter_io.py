@@ -15,7 +15,14 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
-from .config import FORMAT_VERSION, StreamConfig, next_token_config, next_token_settings
+from .config import (
+    FORMAT_VERSION,
+    MERGED_LORA,
+    StreamConfig,
+    next_token_config,
+    next_token_settings,
+    weights_sha256,
+)
 from .fingerprint import fingerprint
 from .lora import (
     PREFIX,
@@ -113,13 +120,16 @@ def pack_lora_streams(
     from a next-token LoRA folder and a lossless adapter trained on that LoRA merged into the
     base (scripts/fuse_next_token.py): decoding gives the LoRA's answers exactly, and the
     streams draft as they did on the merged model (on every row the fused LoRA is the same
-    weights). Both are read against `loaded`, the untouched base; OUT records both sources'
-    training (their data's licences included) and keeps the streams' acceptance.json."""
+    weights). Both are read against `loaded`, the untouched base; streams whose base folder says
+    it merged another LoRA (fuse_next_token.py records the LoRA's sha256) are refused. OUT
+    records both sources' training (their data's licences included) and keeps the streams'
+    acceptance.json."""
     lora, streams = read_adapter(lora_folder, loaded), read_adapter(streams_folder, loaded)
     if lora.streams is not None or not lora.lora:
         raise SpecstreamError(f"{lora_folder}: not a next-token LoRA folder (mlx-lm's format)")
     if streams.streams is None or streams.streams.config.mode != "lossless":
         raise SpecstreamError(f"{streams_folder}: not a lossless stream adapter")
+    _check_merged_from(lora_folder, streams_folder, loaded)
     used, n_layers = blocks_in_use(lora.lora), loaded.config["num_hidden_layers"]
     if not used:
         raise SpecstreamError(f"{lora_folder}: its LoRA is zero (untrained)")
@@ -143,6 +153,24 @@ def pack_lora_streams(
     }  # fmt: skip
     weights = {k: v for k, v in lora.lora.items() if lora_block(k) in used}
     return _save(out, streams.streams, config, weights, loaded, extra, overwrite)
+
+
+def _check_merged_from(lora_folder, streams_folder, loaded) -> None:
+    """Refuse streams trained on a merged model (scripts/fuse_next_token.py) of another LoRA
+    than `lora_folder`, where the folder they name as their base is here to tell."""
+    record = json.loads((resolve_adapter(streams_folder, loaded) / CONFIG).read_text())
+    trained_on = Path(str(record.get("base_model", {}).get("name", "")))
+    try:
+        merged = json.loads((trained_on / "config.json").read_text()).get(MERGED_LORA)
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(merged, dict) and merged.get("sha256") != weights_sha256(
+        resolve_adapter(lora_folder, loaded)
+    ):
+        raise SpecstreamError(
+            f"{streams_folder} was trained on {trained_on}, the merge of another LoRA "
+            f"({merged.get('adapter')}), not of {lora_folder}"
+        )
 
 
 def save_lora_adapter(

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 from ..errors import SpecstreamError
 
 MODES = ("lossless", "shared")
 FORMAT_VERSION = 1  # adapter_config.json's format_version
+# A merged model folder's config.json field naming the LoRA folder merged into it and the sha256
+# of its adapters.safetensors (scripts/fuse_next_token.py; checked by pack_lora_streams)
+MERGED_LORA = "specstream_merged_lora"
+
+
+def weights_sha256(folder) -> str:
+    """The sha256 of an adapter folder's adapters.safetensors."""
+    digest = hashlib.sha256()
+    with open(Path(folder) / "adapters.safetensors", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
