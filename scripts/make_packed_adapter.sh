@@ -21,7 +21,8 @@
 #      convert round trip), the shipped default tree (k=1, 2 nodes) and the acceptance
 #      statistics measured (`calibrate --measure-acceptance`, dev items 40-87) into OUT
 #      (default specstream_mlx/adapters/TASK; its README.md is kept).
-# STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
+# ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
+# a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
 # RUN_DIR and OUT elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,10 +49,20 @@ mkdir -p "$run"
 [ -f "$merged/model.safetensors" ] || ./dev.sh python scripts/fuse_next_token.py "$baseline" "$merged"
 streams=(--model "$merged" --mode lossless --targets self --segment 64 --batch-size 4
     --checkpoint-every 25 --overwrite)
-[ -f "$run/${task}_lossless/adapters.safetensors" ] ||
+if [ -f "$run/${task}_lossless/adapters.safetensors" ]; then
+    :
+elif [ "${ENGINE:-mlx}" = torch ]; then  # the PyTorch trainer (a GPU: DEVICE=cuda), converted
+    ./dev.sh python -m convert.torch_train --mode lossless --model "$merged" --task "$task" \
+        --data "$DATA_DIR/$data" --targets self --n-msa-layers 8 --gamma 4 --lr 3e-3 \
+        --segment 64 --warmup 20 --steps "$steps" --batch-size 4 --max-length "$max_length" \
+        --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$run/${task}_lossless_torch"
+    ./dev.sh specstream convert --from "$run/${task}_lossless_torch" \
+        --to "$run/${task}_lossless" --model "$merged" --overwrite
+else
     ./dev.sh specstream train "${streams[@]}" --task "$task" --data "$DATA_DIR/$data" \
         --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --warmup 20 --steps "$steps" \
         --max-length "$max_length" --val-every 250 --out "$run/${task}_lossless"
+fi
 rows=$run/${task}_parent_rows.${data##*.}
 head -n "$parent_rows" "$DATA_DIR/$data" > "$rows"
 [ -f "$run/${task}_lossless_parent/adapters.safetensors" ] ||
