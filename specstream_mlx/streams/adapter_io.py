@@ -159,7 +159,10 @@ def _check_merged_from(lora_folder, streams_folder, loaded) -> None:
     """Refuse streams trained on a merged model (scripts/fuse_next_token.py) of another LoRA
     than `lora_folder`, where the folder they name as their base is here to tell."""
     record = json.loads((resolve_adapter(streams_folder, loaded) / CONFIG).read_text())
-    trained_on = Path(str(record.get("base_model", {}).get("name", "")))
+    name = record.get("base_model", {}).get("name")
+    if not isinstance(name, str) or not name:
+        return
+    trained_on = Path(name)
     try:
         merged = json.loads((trained_on / "config.json").read_text()).get(MERGED_LORA)
     except (OSError, ValueError, AttributeError):
