@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from specstream_mlx.decoding.tree import Tree
 from specstream_mlx.errors import SpecstreamError
-from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.config import StreamConfig, as_it_ran
 from specstream_mlx.training.positions import (
     segment,
     shared_stream_positions,
@@ -315,13 +315,9 @@ def _run_identity(streams, cfg: TrainConfig, examples) -> tuple:
 
 
 def _with_new_fields(saved: tuple, identity: tuple) -> tuple:
-    """A checkpoint's identity with the StreamConfig fields added since it was saved (absent
-    from it) at their defaults, as its run ran them."""
-    then, now = saved[0], identity[0]
-    if not isinstance(then, dict) or not isinstance(now, dict):
-        return saved
-    defaults = asdict(StreamConfig())
-    return ({**{k: defaults[k] for k in now if k not in then}, **then}, *saved[1:])
+    """A checkpoint's identity with the StreamConfig fields added since it was saved at their
+    defaults, as its run ran them (`as_it_ran`)."""
+    return (as_it_ran(saved[0], identity[0]), *saved[1:])
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:

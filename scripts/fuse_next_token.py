@@ -36,7 +36,8 @@ def main() -> int:
     from convert.torch_streams import TorchStreams
     from specstream_mlx.errors import SpecstreamError
     from specstream_mlx.folders import staged_folder
-    from specstream_mlx.streams.config import MERGED_LORA, StreamConfig, weights_sha256
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.fingerprint import MERGED_LORA, weights_sha256
 
     out = Path(args.out)
     try:  # the LoRA's settings and OUT checked before the model loads

@@ -471,7 +471,7 @@ def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapt
     from specstream_mlx.calibration import measure_acceptance
     from specstream_mlx.streams.acceptance import Acceptance
     from specstream_mlx.streams.adapter_io import pack_lora_streams, save_lora_adapter
-    from specstream_mlx.streams.config import MERGED_LORA
+    from specstream_mlx.streams.fingerprint import MERGED_LORA
 
     folder = str(tiny_folders["llama"])
     base = ss.load(folder)

@@ -1283,7 +1283,7 @@ def test_fuse_next_token_writes_a_model_with_the_loras_logits(pairs, tmp_path, t
     writes loads as a model (MLX and PyTorch) with the base+LoRA's logits; it refuses to replace
     a folder without --overwrite."""
     from specstream_mlx.streams.adapter_io import save_lora_adapter
-    from specstream_mlx.streams.config import MERGED_LORA, weights_sha256
+    from specstream_mlx.streams.fingerprint import MERGED_LORA, weights_sha256
 
     from .test_shared import randomize_lora
 

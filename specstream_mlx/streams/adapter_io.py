@@ -15,15 +15,8 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
-from .config import (
-    FORMAT_VERSION,
-    MERGED_LORA,
-    StreamConfig,
-    next_token_config,
-    next_token_settings,
-    weights_sha256,
-)
-from .fingerprint import fingerprint
+from .config import FORMAT_VERSION, StreamConfig, next_token_config, next_token_settings
+from .fingerprint import MERGED_LORA, fingerprint, weights_sha256
 from .lora import (
     PREFIX,
     Fused,

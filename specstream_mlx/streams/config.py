@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 from ..errors import SpecstreamError
 
 MODES = ("lossless", "shared")
 FORMAT_VERSION = 1  # adapter_config.json's format_version
-# A merged model folder's config.json field naming the LoRA folder merged into it and the sha256
-# of its adapters.safetensors (scripts/fuse_next_token.py; checked by pack_lora_streams)
-MERGED_LORA = "specstream_merged_lora"
-
-
-def weights_sha256(folder) -> str:
-    """The sha256 of an adapter folder's adapters.safetensors."""
-    digest = hashlib.sha256()
-    with open(Path(folder) / "adapters.safetensors", "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -168,6 +154,17 @@ class StreamConfig:
             if isinstance(out.get(name), list):
                 out[name] = tuple(out[name])
         return cls(**out)
+
+
+def as_it_ran(saved, now: dict):
+    """A checkpoint's stream config with the StreamConfig fields added since it was made (absent
+    from it, present in `now`) at their defaults, as they ran then; anything else as it is."""
+    if not isinstance(saved, dict) or not isinstance(now, dict) or "mode" not in now:
+        return saved
+    added = {
+        f.name: f.default for f in fields(StreamConfig) if f.name in now and f.name not in saved
+    }
+    return {**saved, **added}
 
 
 _WHOLE = ("gamma", "n_msa_layers", "top_k", "max_tree_nodes", "stream_adapter_rank", "prune_rank",

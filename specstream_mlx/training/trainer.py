@@ -11,7 +11,7 @@ import shutil
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -26,7 +26,7 @@ from ..decoding.tree_step import stream_logits
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from ..models.arch import arch_of
-from ..streams.config import StreamConfig
+from ..streams.config import as_it_ran
 from ..streams.lora import lora_settings
 from ..streams.params import StreamParams
 from .data import Dataset, Example
@@ -593,17 +593,6 @@ def _frozen_blocks(arch, params: StreamParams | None, medusa, cfg: TrainConfig) 
     return n_layers - cfg.lora_layers
 
 
-def _streams_then(saved: dict | None, now: dict) -> dict | None:
-    """A checkpoint's stream config with the StreamConfig fields added since it was made (absent
-    from it) at their defaults, as they ran then."""
-    if not isinstance(saved, dict) or "mode" not in now:
-        return saved
-    added = {
-        f.name: f.default for f in fields(StreamConfig) if f.name in now and f.name not in saved
-    }
-    return {**saved, **added}
-
-
 def _differences(then: dict | None, now: dict | None) -> list[str]:
     """'name: then -> now' for each setting that differs (the whole value where not dicts)."""
     if not isinstance(then, dict) or not isinstance(now, dict):
@@ -638,7 +627,7 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
             raise checkpoint.unreadable(f"it is at step {saved['step']} of {cfg.steps}")
         # settings added since the checkpoint was made ran as their defaults then
         made_with = {**asdict(TrainConfig()), **(saved.get("train_config") or {})}
-        made_what = _streams_then(saved.get("stream_config"), what)
+        made_what = as_it_ran(saved.get("stream_config"), what)
         differ = _differences(made_with, progress["train_config"]) + _differences(made_what, what)
         if differ:
             raise SpecstreamError(
