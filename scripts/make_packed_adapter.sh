@@ -71,8 +71,10 @@ head -n "$parent_rows" "$DATA_DIR/$data" > "$rows"
         --val-every 100 --out "$run/${task}_lossless_parent"
 ./dev.sh python scripts/draft_vocab.py --model "$merged" --adapter "$run/${task}_lossless_parent" \
     --task "$task" --data "$DATA_DIR/$data" --size 8192 --out "$run/${task}_lossless_vocab" --overwrite
-readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the repacking
-if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi
+readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the repacking,
+if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi  # a failed step's included
+restore_readme() { if [ -s "$readme" ]; then mkdir -p "$out" && cp "$readme" "$out/README.md"; fi; rm -f "$readme"; }
+trap restore_readme EXIT
 ./dev.sh python scripts/pack_lora_streams.py "$baseline" "$run/${task}_lossless_vocab" \
     "$run/${task}_packed" --overwrite
 ./dev.sh specstream convert --from "$run/${task}_packed" --to "$run/${task}_packed_torch" --overwrite
@@ -87,5 +89,3 @@ open(p, "w").write(json.dumps(c, indent=2) + "\n")
 PY
 ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --overwrite --suite "$suite" \
     --data "$DATA_DIR/$dev" --limit 48 --max-tokens 96
-if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi
-rm -f "$readme"

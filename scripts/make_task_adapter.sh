@@ -61,8 +61,10 @@ esac
 lora_layers=${LORA_LAYERS:-$lora_layers}
 steps=${STEPS:-$steps}
 out=${OUT:-specstream_mlx/adapters/$task}
-readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the retraining
-if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi
+readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the retraining,
+if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi  # a failed step's included
+restore_readme() { if [ -s "$readme" ]; then mkdir -p "$out" && cp "$readme" "$out/README.md"; fi; rm -f "$readme"; }
+trap restore_readme EXIT
 common=(--task "$task" --data "$DATA_DIR/$data" --steps "$steps" --batch-size 4
     --max-length "$max_length" --lora-rank 8 --lora-lr 5e-5 --lora-layers "$lora_layers"
     --warmup 10 --seed 0 --overwrite)
@@ -121,9 +123,7 @@ if [ "${PARENT_RANK:-$parent}" != 0 ]; then
     ./dev.sh specstream calibrate --adapter "$out" --measure-acceptance --overwrite --suite "$suite" \
         --data "$DATA_DIR/$dev" --limit 48 --max-tokens 96
 fi
-if [ -s "$readme" ]; then cp "$readme" "$out/README.md"; fi
 fi
-rm -f "$readme"
 if [ -n "$which" ]; then
     baseline=${BASELINE_OUT:-runs/${task}_next_token}
     mkdir -p "$(dirname "$baseline")"
