@@ -339,7 +339,7 @@ def create_app(
         for name in manager.names():
             data.append(
                 {"id": name, "object": "model", "created": now, "owned_by": "specstream",
-                 "parent": base, "adapter": name}
+                 "parent": base, "adapter": name, "source": manager.source(name)}
             )  # fmt: skip
         return {"object": "list", "data": data}
 

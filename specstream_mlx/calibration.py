@@ -549,17 +549,16 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
         raise SpecstreamError(
             f"acceptance statistics are for {acceptance.gamma} streams, the adapter has {cfg.gamma}"
         )
-    shared = cfg.main_needs_streams
+    main_reads = cfg.main_needs_streams
     vocab = loaded.config["vocab_size"]
 
     def pass_ms(nodes: int, depth: int) -> float:
-        # lossless: only the streams the next draft needs run; shared: all (the main stream
-        # attends to them)
-        streams = cfg.gamma if shared else depth
+        # only the streams the next draft needs run, or all where the main stream attends to them
+        streams = cfg.gamma if main_reads else depth
         return curve.streams_pass_ms(cfg, vocab, nodes, streams, depth)
 
     plain = curve.plain_ms
-    if shared:  # the main stream attends to the streams, and they to the guess
+    if main_reads:  # the main stream attends to the streams, and they to the guess
         plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
         plain += curve.head(1) if cfg.next_token_guess else 0.0
     if acceptance.trace is not None and acceptance.positions:

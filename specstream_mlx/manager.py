@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from .errors import SpecstreamError
 from .models.loader import LoadedModel
-from .streams.adapter_io import Adapter, attach, read_adapter, shipped_adapters
+from .streams.adapter_io import Adapter, attach, origin, read_adapter, shipped_adapters
 from .streams.lora import Fused
 
 
@@ -95,6 +95,10 @@ class AdapterManager:
     def names(self) -> list[str]:
         """Registered adapter names, in registration order."""
         return list(self._sources)
+
+    def source(self, name: str) -> str:
+        """Where adapter `name` comes from: "shipped" (inside the package) or its folder."""
+        return origin(self._sources[name], self.loaded)
 
     def changes_model(self, name: str) -> bool:
         """Whether adapter `name` puts LoRA layers on the model (shared mode, or a LoRA

@@ -35,8 +35,8 @@ class Row:
     lookup: bool  # prompt lookup drafts when the context has a match
 
 
-# decoder name -> what drafts. A shared-mode adapter's streams run under every decoder (its main
-# stream attends to them); they draft only where the row says so.
+# decoder name -> what drafts. The streams of an adapter whose main stream attends to them (shared
+# mode, main_reads_streams) run under every decoder; they draft only where the row says so.
 DECODERS = {
     "ar": Row(streams=False, lookup=False),
     "ss": Row(streams=True, lookup=False),
@@ -83,24 +83,24 @@ class Resolved:
 def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     """The Decoder for one generation with `loaded` (and the adapter on it)."""
     row = DECODERS[opts.decoder]
-    shared = loaded.streams is not None and loaded.streams.config.main_needs_streams
-    streams = loaded.streams if shared else None
+    main_reads = loaded.streams is not None and loaded.streams.config.main_needs_streams
+    streams = loaded.streams if main_reads else None
     policy, tree, ran = TreePolicy(), None, opts.decoder
     if row.streams:
         streams = opts.streams or default_streams(loaded)
         policy, tree = _policy(loaded, streams, opts, sampling)
         if policy.depth == 0:  # no tree beats one token per pass here: nothing is drafted
             ran = "pld" if row.lookup else "ar"
-            if not shared:  # lossless streams would only cost time
+            if not main_reads:  # streams the main stream ignores would only cost time
                 streams = None
     drafter = opts.drafter
-    if drafter is not None and shared:
+    if drafter is not None and main_reads:
         raise SpecstreamError(
             "a drafter verifies on the model alone, not with an adapter whose main stream reads "
             "its streams"
         )
     supported = loaded.config["model_type"] in SUPPORTED
-    if not supported and (row.streams or row.lookup or drafter is not None or shared):
+    if not supported and (row.streams or row.lookup or drafter is not None or main_reads):
         arch_of(loaded.model, loaded.config["model_type"])  # raises the clear error
     arch = arch_of(loaded.model, loaded.config["model_type"]) if supported else None
     compiled = _compile_default(loaded) if opts.compile is None else opts.compile
@@ -117,9 +117,9 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
 def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Decoder, dict]:
     """Prompt lookup added to `dec`: grafted onto the streams' tree where they draft one that
     is never cut (the early-exit head would prune grafted nodes like the streams' own),
-    decoding is greedy and their rows may ride along on every node (shared mode, or lossless
-    streams the curve finds cheap enough: `_chains_run_streams`); else drafted instead of
-    their tree whenever the context has a match."""
+    decoding is greedy and their rows may ride along on every node (a main stream that reads
+    them, or lossless streams the curve finds cheap enough: `_chains_run_streams`); else
+    drafted instead of their tree whenever the context has a match."""
     lookup = LookupConfig()
     dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
     graftable = dec.streams is not None and dec.policy.depth > 0 and not dec.policy.may_cut()

@@ -1,6 +1,7 @@
 """AdapterManager: one resident base, adapters swapped per request, base weights never changed."""
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,7 +190,10 @@ def test_shipped_adapters_are_found_for_their_model(tiny_folders, folders, tmp_p
     assert adapter_io.resolve_adapter("chat", llama) == shipped / "chat"
     assert adapter_io.resolve_adapter("chat", qwen2) == shipped / "tiny-qwen2" / "chat"
     assert AdapterManager(qwen2).names() == ["chat"]
-    assert AdapterManager(llama).names() == ["chat"]
+    manager = AdapterManager(llama)
+    assert manager.names() == ["chat"] and manager.source("chat") == "shipped"
+    manager.register("mine", str(folders["lossless"]))
+    assert manager.source("mine") == str(Path(folders["lossless"]).resolve())
     with_streams = ss.load(str(tiny_folders["qwen2"]), adapter="chat")
     assert with_streams.streams is not None
     plain = ss.generate(with_streams, PROMPT, max_tokens=12).token_ids

@@ -95,8 +95,10 @@ def chat(client, messages, **extra):
 
 
 def test_models_lists_the_base_and_every_adapter(client):
-    ids = [m.id for m in client.models.list().data]
-    assert ids == ["smollm2-135m-instruct", "chat", "data2text", "sql", "summarize"]
+    models = client.models.list().data
+    assert [m.id for m in models] == ["smollm2-135m-instruct", "chat", "data2text", "sql",
+                                      "summarize"]  # fmt: skip
+    assert [m.model_extra["source"] for m in models[1:]] == ["shipped"] * 4
 
 
 def test_chat_completion_per_request_adapter_lossless(client):

@@ -185,14 +185,15 @@ def msa_layers(
     """main (1, M, d) hidden of M nodes at the pruning point -> (1, M + S*g, d): main rows,
     then the first g = n_streams (default gamma) streams of each of the S nodes in
     `rows.stream_nodes` (default: all M). Stream j sees only streams 1..j, so fewer streams
-    leave the first ones unchanged; in shared mode the main stream sees them all, so it needs
-    all gamma (g = 0, lossless only: the main rows alone, as the model alone runs them). Only
-    main rows enter the caches; caches=None runs without any (training)."""
+    leave the first ones unchanged; a main stream that reads the streams (main_needs_streams)
+    sees them all, so it needs all gamma (g = 0, otherwise only: the main rows alone, as the
+    model alone runs them). Only main rows enter the caches; caches=None runs without any
+    (training)."""
     cfg = params.config
     n_low, m = len(arch.layers) - cfg.n_msa_layers, main.shape[1]
     gamma = cfg.gamma if n_streams is None else n_streams
     if cfg.main_needs_streams and gamma != cfg.gamma:
-        raise ValueError("shared mode runs all gamma streams: the main stream attends to them")
+        raise ValueError("all gamma streams run where the main stream attends to them")
     x, positions = main, rows.depths + rows.prefix
     if gamma:
         nodes = np.arange(m) if rows.stream_nodes is None else np.asarray(rows.stream_nodes, int)
@@ -314,6 +315,6 @@ def prefill_with_streams(arch: Arch, params: StreamParams, piece: list[int], cac
     prefix = caches[0].offset
     h = _lower_layers(arch, n_low, chain, caches, prefix)
     depths = mx.array(chain.depths)
-    shared = params.config.main_needs_streams
-    rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, shared)
+    main_reads = params.config.main_needs_streams
+    rows = MsaRows.of(depths, chain.ancestors(), prefix, params.config.gamma, main_reads)
     msa_layers(arch, params, h, rows, caches)

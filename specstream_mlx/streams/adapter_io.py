@@ -277,6 +277,12 @@ def resolve_adapter(name: str | os.PathLike, loaded=None) -> Path:
     )
 
 
+def origin(name: str | os.PathLike, loaded=None) -> str:
+    """ "shipped" for an adapter inside the package, else its folder (absolute)."""
+    folder = resolve_adapter(name, loaded).resolve()
+    return "shipped" if folder.is_relative_to(SHIPPED_DIR.resolve()) else str(folder)
+
+
 @dataclass
 class Adapter:
     """An adapter folder read and checked against one base model, not yet on it: its streams

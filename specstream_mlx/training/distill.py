@@ -97,8 +97,8 @@ def distill(
     every = batch_size if log_every is None else log_every
     if not todo:
         return stats
-    shared = loaded.streams is not None and loaded.streams.config.main_needs_streams
-    if shared:
+    main_reads = loaded.streams is not None and loaded.streams.config.main_needs_streams
+    if main_reads:
         answers = _own_answers(loaded, todo, max_tokens)
     else:
         answers = _batched_answers(loaded, todo, max_tokens, batch_size)
