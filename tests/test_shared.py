@@ -516,6 +516,9 @@ def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapt
     trained_there = save_adapter(tmp_path / "streams_other", params, ss.load(str(other)))
     with pytest.raises(ss.SpecstreamError, match="the merge of another LoRA"):
         pack_lora_streams(lora, trained_there, tmp_path / "bad", ss.load(folder))
+    shutil.rmtree(other)  # the streams' own record still tells
+    with pytest.raises(ss.SpecstreamError, match="the merge of another LoRA"):
+        pack_lora_streams(lora, trained_there, tmp_path / "bad", ss.load(folder))
     with pytest.raises(ss.SpecstreamError, match="not a lossless stream adapter"):
         pack_lora_streams(lora, out, tmp_path / "bad", ss.load(folder))
     script = Path(__file__).resolve().parent.parent / "scripts" / "pack_lora_streams.py"

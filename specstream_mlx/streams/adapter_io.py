@@ -81,7 +81,7 @@ def _save(folder, params, stream_config, lora: dict, loaded, extra, overwrite: b
     config = {
         "format_version": FORMAT_VERSION,
         "stream_config": stream_config.to_dict(),
-        "base_model": {"name": loaded.name, "fingerprint": base_fingerprint(loaded)},
+        "base_model": _base_record(loaded),
         "shapes": {name: list(w.shape) for name, w in weights.items()},
         **(extra or {}),
     }
@@ -90,6 +90,13 @@ def _save(folder, params, stream_config, lora: dict, loaded, extra, overwrite: b
         more[ACCEPTANCE_FILE] = params.acceptance.to_dict()
     write_folder(folder, weights, config, more=more)
     return folder
+
+
+def _base_record(loaded) -> dict:
+    """The base an adapter is saved for: its name, fingerprint and, for a merged model
+    (scripts/fuse_next_token.py), the LoRA merged into it."""
+    merged = {MERGED_LORA: loaded.config[MERGED_LORA]} if MERGED_LORA in loaded.config else {}
+    return {"name": loaded.name, "fingerprint": base_fingerprint(loaded), **merged}
 
 
 def _stored_lora(lora: dict, config: StreamConfig) -> tuple[dict, StreamConfig]:
@@ -150,16 +157,16 @@ def pack_lora_streams(
 
 def _check_merged_from(lora_folder, streams_folder, loaded) -> None:
     """Refuse streams trained on a merged model (scripts/fuse_next_token.py) of another LoRA
-    than `lora_folder`, where the folder they name as their base is here to tell."""
+    than `lora_folder`, as their base record says (adapters saved since it holds the merge) or
+    else the folder it names, where that folder is still here to tell."""
     record = json.loads((resolve_adapter(streams_folder, loaded) / CONFIG).read_text())
-    name = record.get("base_model", {}).get("name")
-    if not isinstance(name, str) or not name:
-        return
-    trained_on = Path(name)
-    try:
-        merged = json.loads((trained_on / "config.json").read_text()).get(MERGED_LORA)
-    except (OSError, ValueError, AttributeError):
-        return
+    base = record.get("base_model", {})
+    trained_on, merged = base.get("name"), base.get(MERGED_LORA)
+    if merged is None and isinstance(trained_on, str) and trained_on:
+        try:
+            merged = json.loads((Path(trained_on) / "config.json").read_text()).get(MERGED_LORA)
+        except (OSError, ValueError, AttributeError):
+            return
     if isinstance(merged, dict) and merged.get("sha256") != weights_sha256(
         resolve_adapter(lora_folder, loaded)
     ):
