@@ -518,8 +518,11 @@ def latency_curve(loaded: LoadedModel, measure: bool = True) -> LatencyCurve | N
     if curve is not None and curve.key == curve_key(loaded):
         return curve
     curve = read_curve(loaded)
-    if curve is not None and not curve.steady and measure and machine_idle():
-        curve = None  # measured on a busy machine: measure again now that it is idle
+    if curve is not None and not curve.steady:
+        if not measure:  # not kept: the run's first call that may measure checks for idleness
+            return curve
+        if machine_idle():
+            curve = None  # measured on a busy machine: measure again now that it is idle
     if curve is None:
         if not measure:
             return None

@@ -531,7 +531,8 @@ def test_a_curve_measured_on_a_busy_machine_is_provisional_until_the_machine_is_
     assert calibration.latency_curve(loaded) == busy  # still busy: the cached one, not measured
     assert len(measured_now) == 1
     loaded.latency_curve = None
-    again = calibration.latency_curve(loaded)  # idle: measured again, still under load
+    assert calibration.latency_curve(loaded, measure=False) == busy  # a plain decode's read...
+    again = calibration.latency_curve(loaded)  # ...then, idle: measured again, still under load
     assert len(measured_now) == 2 and not again.steady
     assert "other programs used 50% of the CPUs" in capsys.readouterr().err
     loaded.latency_curve = None
