@@ -461,6 +461,50 @@ def test_training_a_main_stream_that_ignores_its_streams_matches_decoding(shared
         StreamConfig(mode="shared", main_reads_streams="no").validate()
 
 
+def test_a_shared_adapter_becomes_one_whose_main_stream_ignores_its_streams(tiny_folders, tmp_path):
+    """main_ignoring_streams: the same files but the config, whose main stream no longer reads
+    the streams: plain decoding and `ss` then give the model-with-its-LoRA-alone's tokens (not
+    the shared adapter's, which its streams moved); anything else is refused."""
+    from specstream_mlx.streams.adapter_io import main_ignoring_streams
+    from specstream_mlx.streams.fingerprint import weights_sha256
+
+    folder = str(tiny_folders["llama"])
+    trained = ss.load(folder)
+    apply_lora(trained.model, rank=4, scale=2.0)
+    randomize_lora(trained.model, seed=3)
+    params = shared_streams(trained, 5, gamma=2, n_msa_layers=2, lora_rank=4, lora_scale=2.0)
+    params.stream_embeddings = params.stream_embeddings * 50  # the main stream reads them
+    shared = save_adapter(tmp_path / "shared", params, trained, {"training": {"data": "rows"}})
+    (shared / "README.md").write_text("licences\n")
+    prompt = [3, 40, 41, 42, 43, 44]
+    lora_alone = ss.generate(trained, prompt, max_tokens=16).token_ids  # no streams on it
+
+    out = main_ignoring_streams(shared, tmp_path / "ignores", ss.load(folder))
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["stream_config"]["main_reads_streams"] is False
+    assert config["stream_config"]["prompt_streams"] is False
+    assert config["main_ignores_streams_of"]["sha256"] == weights_sha256(shared)
+    assert config["training"] == {"data": "rows"}
+    for name in ("adapters.safetensors", "README.md"):
+        assert (out / name).read_bytes() == (shared / name).read_bytes()
+    user, before = ss.load(folder, adapter=str(out)), ss.load(folder, adapter=str(shared))
+    plain = ss.generate(user, prompt, max_tokens=16)
+    spec = ss.generate(user, prompt, max_tokens=16, decoder="ss", streams=user.streams)
+    assert plain.token_ids == spec.token_ids == lora_alone
+    assert ss.generate(before, prompt, max_tokens=16).token_ids != lora_alone
+    for bad in (
+        out,
+        save_adapter(
+            tmp_path / "lossless",
+            StreamParams(StreamConfig(gamma=2, n_msa_layers=2), trained.config["hidden_size"]),
+            trained,
+        ),
+    ):
+        with pytest.raises(ss.SpecstreamError, match="not a shared-mode adapter whose main"):
+            main_ignoring_streams(bad, tmp_path / "bad", ss.load(folder))
+    assert not (tmp_path / "bad").exists()
+
+
 def test_a_lora_and_the_lossless_streams_of_its_merged_model_pack_into_one_adapter(
     tiny_folders, tmp_path
 ):

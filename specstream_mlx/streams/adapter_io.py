@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -153,6 +154,34 @@ def pack_lora_streams(
     }  # fmt: skip
     weights = {k: v for k, v in lora.lora.items() if lora_block(k) in used}
     return _save(out, streams.streams, config, weights, loaded, extra, overwrite)
+
+
+def main_ignoring_streams(
+    folder: str | os.PathLike, out: str | os.PathLike, loaded, overwrite: bool = False
+) -> Path:
+    """A copy of shared-mode adapter `folder` whose main stream ignores its streams
+    (main_reads_streams false, so prompt_streams false too): plain decoding runs its LoRA
+    without stream rows and `ss` stays exact against it. Its answers become its LoRA's alone,
+    not those it was trained to give beside its streams: they move a little (measure them).
+    Files are copied unchanged except the config, which records the source folder and its
+    weights' sha256 (`main_ignores_streams_of`); acceptance.json is kept, to be measured again
+    (`specstream calibrate --measure-acceptance --overwrite`)."""
+    adapter = read_adapter(folder, loaded)
+    if adapter.streams is None or not adapter.streams.config.main_needs_streams:
+        raise SpecstreamError(
+            f"{folder}: not a shared-mode adapter whose main stream reads its streams"
+        )
+    source = resolve_adapter(folder, loaded)
+    config = json.loads((source / CONFIG).read_text())
+    config["stream_config"].update(main_reads_streams=False, prompt_streams=False)
+    config["main_ignores_streams_of"] = {"adapter": str(folder), "sha256": weights_sha256(source)}
+    with staged_folder(out, overwrite) as tmp:
+        for path in source.iterdir():
+            if path.is_file() and path.name != CONFIG:
+                shutil.copy2(path, tmp / path.name)
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    read_adapter(out, loaded)  # the copy loads
+    return Path(out)
 
 
 def _check_merged_from(lora_folder, streams_folder, loaded) -> None:
