@@ -141,6 +141,49 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a
 
+    # == summarize's main stream stops reading its streams (issues 18 and 20) ==
+    # an idle latency curve (about 3 min), issue 18's writing-tool table with summarize as it
+    # was shipped until then (from git, commit 5523dee; about 9 min), that adapter made into one
+    # whose main stream ignores its streams with its old acceptance.json (the "flipped" probe)
+    # and as shipped since (acceptance measured again), both scored on 100 dev rows (about 10
+    # min), the shipped one's table row, then the two alternated twice (about 10 min)
+    S="summarize's main stream stops reading its streams"
+    step "$S" into $R/calibration_amd_1206.json ./dev.sh specstream calibrate --force --json
+    step "$S" ensure runs/summarize_reads/summarize sh -c "mkdir -p runs/summarize_reads && git \
+        archive 5523dee specstream_mlx/adapters/summarize | tar -x -C runs/summarize_reads \
+        --strip-components=2"
+    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" \
+        "dialogsum dialogsum/dev.jsonl runs/summarize_reads/summarize"; do
+        read -r t p a <<< "$suite"
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
+            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
+            --json $R/bench_${t}_amd_1206.json --markdown $R/bench_${t}_amd_1206.md
+    done
+    step "$S" ./dev.sh python scripts/main_ignores_streams.py runs/summarize_reads/summarize \
+        runs/summarize_flipped --overwrite
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        --limit 10 --max-tokens 96 --methods ar,ss,ss+pld,mlx-lm --adapter runs/summarize_flipped \
+        --json $R/bench_dialogsum_flipped_amd_1206.json \
+        --markdown $R/bench_dialogsum_flipped_amd_1206.md
+    for a in "summarize ignores_100" "runs/summarize_reads/summarize shipped_amd_100"; do
+        read -r p t <<< "$a"
+        step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum \
+            --data "$D/dialogsum/dev.jsonl" --adapter "$p" --methods ar --limit 100 \
+            --max-tokens 64 --json $R/quality_summarize_$t.json
+    done
+    step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \
+        --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter summarize \
+        --json $R/bench_dialogsum_ignores_amd_1206.json \
+        --markdown $R/bench_dialogsum_ignores_amd_1206.md
+    for t in 1 2; do
+        for a in "runs/summarize_reads/summarize reads" "summarize ignores"; do
+            read -r p B <<< "$a"
+            step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum \
+                --data "$D/dialogsum/dev.jsonl" --limit 10 --max-tokens 96 --adapter "$p" \
+                --methods ar,ss,mlx-lm --json $R/paired_summarize_${B}_${t}_amd_1206.json
+        done
+    done
+
     # == An adapter kind that keeps a LoRA's answers (issues 20 and 18) ==
     # the packed recipe's smoke run (2-step baseline and streams, about 10 min), then plain
     # decoding of it and of the shipped sql beside mlx-lm on 10 dev rows (about 5 min)
