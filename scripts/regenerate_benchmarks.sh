@@ -113,10 +113,12 @@ side_by_side() {  # side_by_side SECTION NAME: the curve measured again, then ev
         --json $R/bench_${name}_sql.json --markdown $R/bench_${name}_sql.md
 }
 
-writing_tools() {  # writing_tools SECTION TAG: the three writing tools on their dev sets
-    # side by side with mlx-lm (10 prompts x 96 tokens), into $R/bench_{sql,e2e,dialogsum}_TAG.*
+writing_tools() {  # writing_tools SECTION TAG [SUMMARIZE]: the three writing tools on their dev
+    # sets side by side with mlx-lm (10 prompts x 96 tokens), into
+    # $R/bench_{sql,e2e,dialogsum}_TAG.*; SUMMARIZE: the summarize adapter (default: the shipped one)
     local section=$1 tag=$2 suite t p a
-    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" "dialogsum dialogsum/dev.jsonl summarize"; do
+    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" \
+        "dialogsum dialogsum/dev.jsonl ${3:-summarize}"; do
         read -r t p a <<< "$suite"
         step "$section" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
             --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
@@ -152,13 +154,7 @@ steps() {
     step "$S" ensure runs/summarize_reads/summarize sh -c "mkdir -p runs/summarize_reads && git \
         archive 5523dee specstream_mlx/adapters/summarize | tar -x -C runs/summarize_reads \
         --strip-components=2"
-    for suite in "sql sql/dev.jsonl sql" "e2e e2e/dev.csv data2text" \
-        "dialogsum dialogsum/dev.jsonl runs/summarize_reads/summarize"; do
-        read -r t p a <<< "$suite"
-        step "$S" ./dev.sh specstream bench --overwrite --suite "$t" --data "$D/$p" --limit 10 \
-            --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "$a" \
-            --json $R/bench_${t}_amd_1206.json --markdown $R/bench_${t}_amd_1206.md
-    done
+    writing_tools "$S" amd_1206 runs/summarize_reads/summarize
     step "$S" ./dev.sh python scripts/main_ignores_streams.py runs/summarize_reads/summarize \
         runs/summarize_flipped --overwrite
     step "$S" ./dev.sh specstream bench --overwrite --suite dialogsum --data "$D/dialogsum/dev.jsonl" \

@@ -173,14 +173,14 @@ def main_ignoring_streams(
         )
     source = resolve_adapter(folder, loaded)
     config = json.loads((source / CONFIG).read_text())
-    config["stream_config"].update(main_reads_streams=False, prompt_streams=False)
+    stream_config = replace(adapter.streams.config, main_reads_streams=False, prompt_streams=False)
+    config["stream_config"] = stream_config.validate(loaded.config["num_hidden_layers"]).to_dict()
     config["main_ignores_streams_of"] = {"adapter": str(folder), "sha256": weights_sha256(source)}
     with staged_folder(out, overwrite) as tmp:
         for path in source.iterdir():
             if path.is_file() and path.name != CONFIG:
                 shutil.copy2(path, tmp / path.name)
         (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-    read_adapter(out, loaded)  # the copy loads
     return Path(out)
 
 
