@@ -57,8 +57,8 @@ def bare(passes: Passes, model, n: int, context: int, streams: int):
 
 
 def loop(dec: Decoder, context: int, vocab: int):
-    prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
-    return lambda: calibration.loop_ms(dec, prompt, STEPS, skip=3)  # the whole tree from pass 3
+    start = calibration.Prefill(dec, [int(t) for t in (np.arange(context) * 7 + 3) % vocab])
+    return lambda: calibration.loop_ms(dec, start, STEPS, skip=3)  # the whole tree from pass 3
 
 
 def timed(fn, reps: int = 1) -> float:

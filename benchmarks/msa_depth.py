@@ -45,17 +45,19 @@ def main() -> None:
         raise SystemExit("msa_depth: no latency curve cached: run `specstream calibrate` first")
     arch = arch_of(loaded.model, loaded.config["model_type"])
     vocab = loaded.config["vocab_size"]
-    prompt = [int(t) for t in (np.arange(128) * 7 + 3) % vocab]
     decoders = {"plain": Decoder(loaded.model, arch, passes=Passes(arch, None, True))}
+    start = calibration.Prefill(
+        decoders["plain"], [int(t) for t in (np.arange(128) * 7 + 3) % vocab]
+    )
     depths = [d for d in DEPTHS if d < len(arch.layers)]
     for d in depths:
         decoders[d] = calibration.star_decoder(loaded, arch, args.nodes, d, True)
     times = {k: [] for k in decoders}
     for dec in decoders.values():  # warm-up: traces, allocations
-        calibration.loop_ms(dec, prompt, 4, skip=3)
+        calibration.loop_ms(dec, start, 4, skip=3)
     for _ in range(args.rounds):
         for k, dec in decoders.items():
-            times[k].append(calibration.loop_ms(dec, prompt, 12, skip=3))
+            times[k].append(calibration.loop_ms(dec, start, 12, skip=3))
     ms = {k: statistics.median(v) for k, v in times.items()}
     plain = ms["plain"]
     print(f"plain decoding step: {plain:.1f} ms (the curve's: {curve.plain_ms:.1f})")

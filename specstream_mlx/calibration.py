@@ -26,7 +26,15 @@ import mlx.core as mx
 import numpy as np
 
 from .backend import device_name, preload_blas
-from .decoding.loop import Decoder, decode, make_cache
+from .decoding.loop import (
+    Decoder,
+    State,
+    decode,
+    decode_from,
+    draft_vocab,
+    make_cache,
+    prefilled,
+)
 from .decoding.passes import Passes, compilable
 from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_tree, choose_walked
 from .decoding.policy import TreePolicy
@@ -388,14 +396,14 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     `loop_deep_ms[N]`: everything a pass costs, reading it back and compacting the cache
     included."""
     vocab, steps = loaded.config["vocab_size"], 10
-    prompt = [int(t) for t in (np.arange(context) * 7 + 3) % vocab]
     deep = min(MSA_DEEP, curve.n_layers - 1)
     depths = [curve.msa_ref] + ([deep] if deep > curve.msa_ref else [])
+    plain = Decoder(loaded.model, arch, passes=Passes(arch, None, curve.compiled))
+    start = Prefill(plain, [int(t) for t in (np.arange(context) * 7 + 3) % vocab])
 
     def per_step(dec: Decoder):
-        return lambda: loop_ms(dec, prompt, steps)
+        return lambda: loop_ms(dec, start, steps)
 
-    plain = Decoder(loaded.model, arch, passes=Passes(arch, None, curve.compiled))
     fns = {0: per_step(plain)}
     nodes = [n for n in LOOP_NODES if n <= curve.rows[-1]]
     for d in depths:
@@ -423,10 +431,33 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     curve.loop_nodes = nodes
 
 
-def loop_ms(dec: Decoder, prompt: list[int], steps: int, skip: int = 1) -> float:
-    """ms per pass of decoding.loop with `dec` over `steps` passes, after `skip` untimed ones
-    (the first has no draft yet)."""
-    iterator = decode(dec, prompt, 10**6)
+class Prefill:
+    """A prompt prefilled once (by `dec`: plain caches), rewound for each timed loop. Decoding
+    writes only past the prompt's tokens but the last (the first pass's root), so putting each
+    cache's offset and capacity back gives a loop the start a fresh prefill would, without
+    paying for it: prefilling the curve's 128 tokens for each of its 90 timed loops took a
+    quarter of the curve's time (docs/BENCHMARKS.md, "A latency curve in three quarters of the
+    time")."""
+
+    def __init__(self, dec: Decoder, prompt: list[int]):
+        self.prompt = prompt
+        self.caches = prefilled(dec, prompt).caches
+        self.capacity = [c.keys.shape[2] for c in self.caches]
+
+    def state(self, dec: Decoder) -> State:
+        """`dec`'s start: the prompt prefilled, nothing decided."""
+        for cache, capacity in zip(self.caches, self.capacity, strict=True):
+            cache.keys = cache.keys[..., :capacity, :]
+            cache.values = cache.values[..., :capacity, :]
+            cache.offset = len(self.prompt) - 1
+        prompt = self.prompt
+        return State(self.caches, list(prompt), prompt[-1], vocab=draft_vocab(dec, prompt))
+
+
+def loop_ms(dec: Decoder, start: Prefill, steps: int, skip: int = 1) -> float:
+    """ms per pass of decoding.loop with `dec` from `start` over `steps` passes, after `skip`
+    untimed ones (the first has no draft yet)."""
+    iterator = decode_from(dec, start.state(dec), 10**6)
     for _ in range(skip):
         next(iterator)
     start = time.perf_counter()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx import calibration
-from specstream_mlx.decoding.loop import Decoder, OnDevice, decode, prefilled
+from specstream_mlx.decoding.loop import Decoder, OnDevice, decode, decode_from, prefilled
 from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.plan import (
     Acceptance,
@@ -604,6 +604,28 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     assert curve.pass_ms(2, 3, 3) == pytest.approx(deep[1] + more)
     # without stream rows the depth of the MSA layers costs nothing beyond the bare curve
     assert curve.pass_ms(2, 0, 3, 0) == pytest.approx(curve.pass_ms(2, 0, 1, 0))
+
+
+def test_a_rewound_prefill_starts_each_timed_loop_afresh(tiny_models):
+    """The curve's loops share one prefill: after a loop that filled the caches past their
+    first capacity, each decoder starts where a fresh prefill would (the same capacity), and
+    decides the same tokens as decoding the prompt."""
+    loaded = tiny_models["llama"]
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    plain = Decoder(loaded.model, arch, passes=Passes(arch, None, True))
+    prompt = [(7 * i + 3) % loaded.config["vocab_size"] for i in range(40)]
+    start = calibration.Prefill(plain, prompt)
+    fresh = [c.keys.shape[2] for c in prefilled(plain, prompt).caches]
+    star = calibration.star_decoder(loaded, arch, 8, 1, True)
+    calibration.loop_ms(star, start, 240)  # untrained streams: about a token a pass
+    assert min(c.keys.shape[2] for c in start.caches) > max(fresh)  # grown past the first
+    # the eager decoder settles passes on the host, moving the caches' offsets (passes settled
+    # on the device keep theirs in an array): the decoders after it start from where it left
+    eager = Decoder(loaded.model, arch)
+    for dec in (eager, star, plain):
+        tokens = [t for step in decode_from(dec, start.state(dec), 24) for t in step.tokens]
+        assert tokens == [t for step in decode(dec, prompt, 24) for t in step.tokens]
+    assert [c.keys.shape[2] for c in start.state(plain).caches] == fresh
 
 
 def flat_curve(loaded, layer_ms=1.0, per_row=0.0):

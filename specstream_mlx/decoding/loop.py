@@ -45,7 +45,16 @@ from .tree_step import DraftVocab, TreeOutput, one_head_pass, prefill_with_strea
 PREFILL_CHUNK = 512  # prompt tokens per forward pass while prefilling: bounds activation memory
 KV_GROUP_SIZE = 32  # for quantized KV caches; must divide the head dimension
 
-__all__ = ["Decoder", "Drafter", "DraftOverride", "decode", "make_cache", "prefilled"]
+__all__ = [
+    "Decoder",
+    "Drafter",
+    "DraftOverride",
+    "State",
+    "decode",
+    "decode_from",
+    "make_cache",
+    "prefilled",
+]
 
 
 @dataclass
@@ -121,10 +130,18 @@ def decode(
     dec: Decoder, prompt_ids: list[int], max_tokens: int, sampling: SamplingParams | None = None
 ) -> Iterator[Step]:
     """Yield the tokens each forward pass decides until `max_tokens` are decided."""
-    sampling = sampling or SamplingParams()
     state = prefilled(dec, prompt_ids)
     if state is None:  # stopped while prefilling: no pass
         return
+    yield from decode_from(dec, state, max_tokens, sampling)
+
+
+def decode_from(
+    dec: Decoder, state: State, max_tokens: int, sampling: SamplingParams | None = None
+) -> Iterator[Step]:
+    """`decode` from a prefilled `state` (its caches hold every token of its history but the
+    last, its root)."""
+    sampling = sampling or SamplingParams()
     if not on_device(dec, state, sampling):
         run = HostRun(MlxForward(dec, state), dec.drafting(), state.history, sampling)
     elif dec.graft is not None:
