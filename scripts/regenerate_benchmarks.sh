@@ -141,7 +141,55 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 # ---- the steps, in the order of docs/BENCHMARKS.md --------------------------------------------
 
 steps() {
-    local S B MEM AB t p a
+    local S B MEM AB t p a rows suite methods x
+
+    # == sql's and data2text's main streams stop reading their streams (issue 18) ==
+    # the two tools as shipped until then (from git, commit e95a6ed) made into copies whose main
+    # stream ignores its streams, scored (data2text on 40 e2e dev rows, sql on all 200: about 25
+    # min), their acceptance measured again (about 10 min), then each shipped one alternated
+    # with the one before, reads / ignores / ignores / reads (about 15 min)
+    S="sql's and data2text's main streams stop reading their streams"
+    for a in sql data2text; do
+        step "$S" ensure runs/reads_e95a6ed/$a sh -c "mkdir -p runs/reads_e95a6ed && git archive \
+            e95a6ed specstream_mlx/adapters/$a | tar -x -C runs/reads_e95a6ed --strip-components=2"
+        step "$S" ./dev.sh python scripts/main_ignores_streams.py runs/reads_e95a6ed/$a \
+            runs/ignores/$a --overwrite
+    done
+    for a in "data2text e2e e2e/dev.csv 40" "sql sql sql/dev.jsonl 200"; do
+        read -r a t p rows <<< "$a"
+        step "$S" ./dev.sh specstream bench --overwrite --suite $t --data "$D/$p" \
+            --adapter runs/ignores/$a --methods ar --limit $rows --max-tokens 64 \
+            --json $R/quality_${a}_ignores_$rows.json
+        step "$S" into $R/calibration_${a}_ignores_amd_1207.json ./dev.sh specstream calibrate \
+            --adapter runs/ignores/$a --measure-acceptance --overwrite --suite $t --data "$D/$p" \
+            --limit 48 --max-tokens 96 --json
+    done
+    for t in 1 2; do
+        for a in "d2t data2text e2e e2e/dev.csv ar,ss,mlx-lm" \
+            "sql sql sql sql/dev.jsonl ar,ss,ss+pld,mlx-lm"; do
+            read -r B a suite p methods <<< "$a"
+            AB="runs/reads_e95a6ed/$a:reads $a:ignores"
+            [ $t = 2 ] && AB="$a:ignores runs/reads_e95a6ed/$a:reads"
+            for x in $AB; do
+                step "$S" ./dev.sh specstream bench --overwrite --suite $suite --data "$D/$p" \
+                    --limit 10 --max-tokens 96 --adapter "${x%%:*}" --methods $methods \
+                    --json $R/paired_${B}_${x##*:}_${t}_amd_1207.json
+            done
+        done
+    done
+
+    # == A latency curve in three quarters of the time (issue 18) ==
+    # the curve measured by the code before (commit e95a6ed, a worktree on PYTHONPATH) and
+    # since, alternated twice (about 10 min), then fresh and rewound starts paired (about 4 min)
+    S="A latency curve in three quarters of the time"
+    step "$S" ensure runs/old_e95a6ed git worktree add --detach runs/old_e95a6ed e95a6ed
+    for t in 1 2; do
+        step "$S" into $R/calibration_old_loops_${t}_amd_1207.json env \
+            PYTHONPATH="$PWD/runs/old_e95a6ed" .venv/bin/specstream calibrate --force --json
+        step "$S" into $R/calibration_rewound_${t}_amd_1207.json ./dev.sh specstream calibrate \
+            --force --json
+    done
+    step "$S" ./dev.sh python benchmarks/rewound_loops.py --json $R/rewound_loops_amd_1207.json
 
     # == summarize's main stream stops reading its streams (issues 18 and 20) ==
     # an idle latency curve (about 3 min), issue 18's writing-tool table with summarize as it
