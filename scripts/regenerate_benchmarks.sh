@@ -177,6 +177,10 @@ steps() {
             done
         done
     done
+    for t in 1 2 3; do  # issue 18's adapter target, the shipped sql (about 1 min each)
+        step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 --max-tokens 64 \
+            --json $R/fused_lora_amd_1207_$t.json
+    done
 
     # == A latency curve in three quarters of the time (issue 18) ==
     # the curve measured by the code before (commit e95a6ed, a worktree on PYTHONPATH) and
