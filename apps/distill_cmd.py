@@ -38,8 +38,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--adapter",
         help="a shared-mode adapter (summarize, data2text, sql or a folder): that writing tool's "
-        "own answers, decoded one at a time with its streams (ss+pld: the tokens of its plain "
-        "decoding); without it, the base model's, batched",
+        "own answers, batched (one at a time with ss+pld where its main stream reads its "
+        "streams); without it, the base model's",
     )
     p.add_argument(
         "--split",

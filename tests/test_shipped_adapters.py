@@ -45,6 +45,31 @@ def test_shipped_adapter_decodes_exactly(name):
         assert spec.stats.forward_passes <= plain.stats.forward_passes
 
 
+@pytest.mark.slow
+def test_a_shipped_writing_tool_distills_its_own_answers_batched(tmp_path):
+    """The shipped writing tools' main streams ignore their streams, so `distill` decodes their
+    answers batched, from the model their LoRA is fused into: each row is the tool's own plain
+    decoding, not the base model's."""
+    from specstream_mlx.training.distill import distill
+    from specstream_mlx.training.instructions import Instruction
+
+    tool, base = ss.load(adapter="sql"), ss.load()
+    assert not tool.streams.config.main_needs_streams
+    sql = get_task("sql")
+    questions = ["How many heads are older than 56?", "List the names of heads named Smith."]
+    context = "CREATE TABLE head (age INTEGER, name VARCHAR)"
+    prompts = [sql.prompt(context=context, question=q) for q in questions]
+    out = tmp_path / "own.jsonl"
+    distill(tool, [Instruction(p, "sql", "sql") for p in prompts], out, 24, 2, log=print)
+    rows = {row["prompt"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert sorted(rows) == sorted(prompts)  # in the order they ended
+    answers = {}
+    for who, model in (("tool", tool), ("base", base)):
+        ids = [ss.generate(model, p, max_tokens=24).token_ids for p in prompts]
+        answers[who] = [model.tokenizer.decode(a) for a in ids]
+    assert [rows[p]["completion"] for p in prompts] == answers["tool"] != answers["base"]
+
+
 def test_the_four_adapters_ship():
     """Issue 4: the general chat adapter (lossless) and the three writing tools (shared)."""
     assert shipped_adapters() == ["chat", "data2text", "sql", "summarize"]

@@ -1,7 +1,8 @@
-"""Distillation data: the base model's own greedy answers, generated with continuous batching
-(many sequences per forward pass cost far less per token on a CPU than one at a time; a finished
-sequence's slot is refilled at once, so no batch waits for its longest answer); or a writing
-tool's own answers (the base with a shared-mode adapter), decoded one at a time by our loop.
+"""Distillation data: a model's own greedy answers (the base's, or a writing tool's: the base
+with a shared-mode adapter's LoRA), generated with continuous batching (many sequences per
+forward pass cost far less per token on a CPU than one at a time; a finished sequence's slot is
+refilled at once, so no batch waits for its longest answer); a tool whose main stream attends to
+its streams has its answers decoded one at a time by our loop.
 
 Output rows, one JSON object a line:
     {"prompt", "completion", "source", "category", "tokens", "capped", "loop", "loop_tail",
@@ -85,11 +86,11 @@ def distill(
     """Append one row per prompt to out_path (module docstring); prompts already there are
     skipped, so an interrupted run resumes, and a partial last line is cut off first. Each row
     is written as one whole line and flushed when its answer ends (synced to disk every
-    `batch_size` rows): a crash loses only the answers in flight. `batch_size` sequences decode
-    together, except with a shared-mode adapter on `loaded` (a writing tool: its main stream
-    attends to its streams, which batched decoding does not run), whose own answers are decoded
-    one at a time. `on_row(stats)` follows every row; `log` gets a line every `log_every` rows
-    (default: batch_size; 0: only the first and last lines)."""
+    `batch_size` rows): a crash loses only the answers in flight. `batch_size` sequences of
+    `loaded.model` decode together (a shared-mode adapter's LoRA is fused into it), except with
+    an adapter whose main stream attends to its streams (which batched decoding does not run):
+    its own answers are decoded one at a time. `on_row(stats)` follows every row; `log` gets a
+    line every `log_every` rows (default: batch_size; 0: only the first and last lines)."""
     items = [Instruction(p, "", "") if isinstance(p, str) else p for p in prompts]
     out_path = Path(out_path)
     todo = still_to_answer(items, out_path, log)
@@ -129,7 +130,7 @@ Answer = tuple[Instruction, list[int], bool]  # the prompt, its answer's ids, ca
 def _batched_answers(
     loaded, todo: list[Instruction], max_tokens: int, batch_size: int
 ) -> Iterator[Answer]:
-    """The base model's greedy answers, `batch_size` sequences at a time (mlx-lm's
+    """`loaded.model`'s greedy answers, `batch_size` sequences at a time (mlx-lm's
     BatchGenerator: a finished answer's slot takes the next prompt at once), as they end. The
     prompts go in longest first: a prefill batch is padded to its longest prompt, so prompts of
     like length together waste little of it on a mixed set such as sql's (short WikiSQL
