@@ -146,7 +146,8 @@ steps() {
     # == sql's and data2text's main streams stop reading their streams (issue 18) ==
     # the two tools as shipped until then (from git, commit e95a6ed) made into copies whose main
     # stream ignores its streams, scored (data2text on 40 e2e dev rows, sql on all 200: about 25
-    # min), their acceptance measured again (about 10 min), then each shipped one alternated
+    # min), their acceptance measured again (about 10 min), then an idle curve (about 2 min;
+    # the section's runs used the one cached the night before) and each shipped one alternated
     # with the one before, reads / ignores / ignores / reads (about 15 min)
     S="sql's and data2text's main streams stop reading their streams"
     for a in sql data2text; do
@@ -155,8 +156,8 @@ steps() {
         step "$S" ./dev.sh python scripts/main_ignores_streams.py runs/reads_e95a6ed/$a \
             runs/ignores/$a --overwrite
     done
-    for a in "data2text e2e e2e/dev.csv 40" "sql sql sql/dev.jsonl 200"; do
-        read -r a t p rows <<< "$a"
+    for x in "data2text e2e e2e/dev.csv 40" "sql sql sql/dev.jsonl 200"; do
+        read -r a t p rows <<< "$x"
         step "$S" ./dev.sh specstream bench --overwrite --suite $t --data "$D/$p" \
             --adapter runs/ignores/$a --methods ar --limit $rows --max-tokens 64 \
             --json $R/quality_${a}_ignores_$rows.json
@@ -164,6 +165,7 @@ steps() {
             --adapter runs/ignores/$a --measure-acceptance --overwrite --suite $t --data "$D/$p" \
             --limit 48 --max-tokens 96 --json
     done
+    step "$S" ./dev.sh specstream calibrate --force
     for t in 1 2; do
         for a in "d2t data2text e2e e2e/dev.csv ar,ss,mlx-lm" \
             "sql sql sql sql/dev.jsonl ar,ss,ss+pld,mlx-lm"; do
@@ -183,8 +185,9 @@ steps() {
     done
 
     # == A latency curve in three quarters of the time (issue 18) ==
-    # the curve measured by the code before (commit e95a6ed, a worktree on PYTHONPATH) and
-    # since, alternated twice (about 10 min), then fresh and rewound starts paired (about 4 min)
+    # the curve measured by the code before (commit e95a6ed, a worktree on PYTHONPATH: its
+    # specstream_mlx; the CLI, unchanged, is the checkout's) and since, alternated twice (about
+    # 10 min), then fresh and rewound starts paired (about 2 min)
     S="A latency curve in three quarters of the time"
     step "$S" ensure runs/old_e95a6ed git worktree add --detach runs/old_e95a6ed e95a6ed
     for t in 1 2; do
@@ -193,7 +196,8 @@ steps() {
         step "$S" into $R/calibration_rewound_${t}_amd_1207.json ./dev.sh specstream calibrate \
             --force --json
     done
-    step "$S" ./dev.sh python benchmarks/rewound_loops.py --json $R/rewound_loops_amd_1207.json
+    step "$S" ./dev.sh python benchmarks/rewound_loops.py --rounds 9 \
+        --json $R/rewound_loops_amd_1207.json
 
     # == summarize's main stream stops reading its streams (issues 18 and 20) ==
     # an idle latency curve (about 3 min), issue 18's writing-tool table with summarize as it
@@ -1054,6 +1058,10 @@ else
 fi
 
 # ---- not regenerated here: why ----------------------------------------------------------------
+# - Sections that bench the shipped writing tools (writing_tools and the like) run today's: since
+#   2026-12-07 sql's and data2text's main streams ignore their streams (summarize's since
+#   2026-12-06), so their `ar` rows in sections measured before come out faster. The adapters of
+#   then: `git archive e95a6ed specstream_mlx/adapters/A` (5523dee for summarize).
 # - The llama.cpp columns (Qwen and default-model perplexity, tests/golden/*llamacpp_reference.json):
 #   scripts/llamacpp_reference.py needs llama-cpp-python built from source, which is not in
 #   .venv (not a dependency of the project), and its output is a pinned test reference.

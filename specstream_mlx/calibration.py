@@ -432,20 +432,24 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
 
 
 class Prefill:
-    """A prompt prefilled once (by `dec`: plain caches), rewound for each timed loop. Decoding
-    writes only past the prompt's tokens but the last (the first pass's root), so putting each
+    """A prompt prefilled once (by `dec`), rewound for each timed loop. Decoding writes only
+    past the prompt's tokens but the last (the first pass's root), so putting each plain KV
     cache's offset and capacity back gives a loop the start a fresh prefill would, without
     paying for it: prefilling the curve's 128 tokens for each of its 90 timed loops took a
     quarter of the curve's time (docs/BENCHMARKS.md, "A latency curve in three quarters of the
-    time")."""
+    time"). Other caches (quantized, rotating) keep more than an offset: they are prefilled
+    afresh for each loop, as are those of a decoder with quantized KV caches."""
 
     def __init__(self, dec: Decoder, prompt: list[int]):
         self.prompt = prompt
         self.caches = prefilled(dec, prompt).caches
-        self.capacity = [c.keys.shape[2] for c in self.caches]
+        plain = compilable(self.caches)  # mlx-lm's KVCache: an offset into a buffer
+        self.capacity = [c.keys.shape[2] for c in self.caches] if plain else None
 
     def state(self, dec: Decoder) -> State:
         """`dec`'s start: the prompt prefilled, nothing decided."""
+        if self.capacity is None or dec.kv_bits:
+            return prefilled(dec, self.prompt)
         for cache, capacity in zip(self.caches, self.capacity, strict=True):
             cache.keys = cache.keys[..., :capacity, :]
             cache.values = cache.values[..., :capacity, :]
@@ -460,11 +464,11 @@ def loop_ms(dec: Decoder, start: Prefill, steps: int, skip: int = 1) -> float:
     iterator = decode_from(dec, start.state(dec), 10**6)
     for _ in range(skip):
         next(iterator)
-    start = time.perf_counter()
+    began = time.perf_counter()
     for _ in range(steps):
         next(iterator)
     iterator.close()
-    return (time.perf_counter() - start) * 1000 / steps
+    return (time.perf_counter() - began) * 1000 / steps
 
 
 def star_decoder(loaded, arch, nodes: int, n_msa_layers: int, compiled: bool) -> Decoder:

@@ -148,8 +148,8 @@ def test_distill_resumes_repairs_a_cut_line_and_never_drops_rows(tiny, tmp_path)
 
 
 def test_distill_with_a_shared_adapter_writes_the_tools_own_answers(tiny_folders, tmp_path):
-    """A writing tool's main stream attends to its streams, which batched decoding does not run:
-    its rows are its own greedy answers (one at a time), not the base model's."""
+    """A shared-mode adapter whose main stream attends to its streams, which batched decoding
+    does not run: its rows are its own greedy answers (one at a time), not the base model's."""
     from specstream_mlx.streams.config import StreamConfig
     from specstream_mlx.streams.params import StreamParams
 

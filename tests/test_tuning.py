@@ -606,11 +606,13 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     assert curve.pass_ms(2, 0, 3, 0) == pytest.approx(curve.pass_ms(2, 0, 1, 0))
 
 
-def test_a_rewound_prefill_starts_each_timed_loop_afresh(tiny_models):
+def test_a_rewound_prefill_starts_each_timed_loop_afresh(tmp_path):
     """The curve's loops share one prefill: after a loop that filled the caches past their
     first capacity, each decoder starts where a fresh prefill would (the same capacity), and
     decides the same tokens as decoding the prompt."""
-    loaded = tiny_models["llama"]
+    from .tiny import save_tiny_model
+
+    loaded = ss.load(str(save_tiny_model(tmp_path / "m", "qwen2", hidden_size=128)))
     arch = arch_of(loaded.model, loaded.config["model_type"])
     plain = Decoder(loaded.model, arch, passes=Passes(arch, None, True))
     prompt = [(7 * i + 3) % loaded.config["vocab_size"] for i in range(40)]
@@ -622,8 +624,11 @@ def test_a_rewound_prefill_starts_each_timed_loop_afresh(tiny_models):
     # the eager decoder settles passes on the host, moving the caches' offsets (passes settled
     # on the device keep theirs in an array): the decoders after it start from where it left
     eager = Decoder(loaded.model, arch)
-    for dec in (eager, star, plain):
-        tokens = [t for step in decode_from(dec, start.state(dec), 24) for t in step.tokens]
+    quantized = Decoder(loaded.model, arch, kv_bits=8)  # its own caches, prefilled afresh
+    for dec in (eager, star, quantized, plain):
+        state = start.state(dec)
+        assert (state.caches is start.caches) == (dec is not quantized)
+        tokens = [t for step in decode_from(dec, state, 24) for t in step.tokens]
         assert tokens == [t for step in decode(dec, prompt, 24) for t in step.tokens]
     assert [c.keys.shape[2] for c in start.state(plain).caches] == fresh
 

@@ -87,7 +87,7 @@ def distill(
     skipped, so an interrupted run resumes, and a partial last line is cut off first. Each row
     is written as one whole line and flushed when its answer ends (synced to disk every
     `batch_size` rows): a crash loses only the answers in flight. `batch_size` sequences of
-    `loaded.model` decode together (a shared-mode adapter's LoRA is fused into it), except with
+    `loaded.model` decode together (a shared-mode adapter's LoRA is on it), except with
     an adapter whose main stream attends to its streams (which batched decoding does not run):
     its own answers are decoded one at a time. `on_row(stats)` follows every row; `log` gets a
     line every `log_every` rows (default: batch_size; 0: only the first and last lines)."""
