@@ -179,6 +179,9 @@ steps() {
             done
         done
     done
+    # issue 18's writing-tool table with the tools as shipped since (about 12 min)
+    step "$S" into $R/calibration_amd_1207.json ./dev.sh specstream calibrate --force --json
+    writing_tools "$S" amd_1207
     for t in 1 2 3; do  # issue 18's adapter target, the shipped sql (about 1 min each)
         step "$S" ./dev.sh python benchmarks/fused_lora.py --cycles 5 --prompts 4 --max-tokens 64 \
             --json $R/fused_lora_amd_1207_$t.json
