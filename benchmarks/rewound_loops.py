@@ -14,30 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import numpy as np  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.decoding.loop import Decoder, decode  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 # isort: on
 
 STEPS = 10
-
-
-def fresh_ms(dec: Decoder, prompt: list[int]) -> float:
-    """calibration.loop_ms as it was: the prompt prefilled for this loop."""
-    iterator = decode(dec, prompt, 10**6)
-    next(iterator)
-    start = time.perf_counter()
-    for _ in range(STEPS):
-        next(iterator)
-    iterator.close()
-    return (time.perf_counter() - start) * 1000 / STEPS
 
 
 def main() -> None:
@@ -56,8 +44,9 @@ def main() -> None:
     for round_ in range(args.rounds + 1):
         for n, dec in stars.items():
             for kind in ("fresh", "rewound"):
-                fresh = kind == "fresh"
-                ms = fresh_ms(dec, prompt) if fresh else calibration.loop_ms(dec, start, STEPS)
+                # fresh: this loop's own prefill, as calibration.loop_ms had before
+                own = calibration.Prefill(dec, prompt) if kind == "fresh" else start
+                ms = calibration.loop_ms(dec, own, STEPS)
                 if round_:
                     times.setdefault(f"{n} {kind}", []).append(round(ms, 2))
     print("| nodes | from | median ms per pass | rounds |")
