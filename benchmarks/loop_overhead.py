@@ -29,7 +29,7 @@ import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.decoding.loop import Decoder, make_cache  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder, Prefill, make_cache  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.decoding.tree import draft_tree  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
@@ -57,7 +57,7 @@ def bare(passes: Passes, model, n: int, context: int, streams: int):
 
 
 def loop(dec: Decoder, context: int, vocab: int):
-    start = calibration.Prefill(dec, [int(t) for t in (np.arange(context) * 7 + 3) % vocab])
+    start = Prefill(dec, [int(t) for t in (np.arange(context) * 7 + 3) % vocab])
     return lambda: calibration.loop_ms(dec, start, STEPS, skip=3)  # the whole tree from pass 3
 
 

@@ -23,7 +23,7 @@ import statistics
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import numpy as np  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.decoding.loop import Decoder  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder, Prefill  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
@@ -46,9 +46,7 @@ def main() -> None:
     arch = arch_of(loaded.model, loaded.config["model_type"])
     vocab = loaded.config["vocab_size"]
     decoders = {"plain": Decoder(loaded.model, arch, passes=Passes(arch, None, True))}
-    start = calibration.Prefill(
-        decoders["plain"], [int(t) for t in (np.arange(128) * 7 + 3) % vocab]
-    )
+    start = Prefill(decoders["plain"], [int(t) for t in (np.arange(128) * 7 + 3) % vocab])
     depths = [d for d in DEPTHS if d < len(arch.layers)]
     for d in depths:
         decoders[d] = calibration.star_decoder(loaded, arch, args.nodes, d, True)

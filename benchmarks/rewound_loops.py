@@ -1,4 +1,4 @@
-"""Whether a decoding loop timed from a rewound prefill (calibration.Prefill, shared by the
+"""Whether a decoding loop timed from a rewound prefill (decoding.loop.Prefill, shared by the
 latency curve's timed loops) costs what one timed from a fresh prefill does. For 2 / 3 / 4-node
 stars (untrained streams in 4 MSA layers, compiled, 128 cached tokens) it times ms per pass of
 the decoding loop both ways, interleaved over rounds: from a fresh prefill (as the curve did
@@ -19,7 +19,7 @@ import statistics
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
 import numpy as np  # noqa: E402
 from specstream_mlx import calibration  # noqa: E402
-from specstream_mlx.decoding.loop import Decoder  # noqa: E402
+from specstream_mlx.decoding.loop import Decoder, Prefill  # noqa: E402
 from specstream_mlx.decoding.passes import Passes  # noqa: E402
 from specstream_mlx.models.arch import arch_of  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
@@ -38,14 +38,14 @@ def main() -> None:
     arch = arch_of(loaded.model, loaded.config["model_type"])
     plain = Decoder(loaded.model, arch, passes=Passes(arch, None, True))
     prompt = [int(t) for t in (np.arange(128) * 7 + 3) % loaded.config["vocab_size"]]
-    start = calibration.Prefill(plain, prompt)
+    start = Prefill(plain, prompt)
     stars = {n: calibration.star_decoder(loaded, arch, n, 4, True) for n in (2, 3, 4)}
     times: dict = {}
     for round_ in range(args.rounds + 1):
         for n, dec in stars.items():
             for kind in ("fresh", "rewound"):
                 # fresh: this loop's own prefill, as calibration.loop_ms had before
-                own = calibration.Prefill(dec, prompt) if kind == "fresh" else start
+                own = Prefill(dec, prompt) if kind == "fresh" else start
                 ms = calibration.loop_ms(dec, own, STEPS)
                 if round_:
                     times.setdefault(f"{n} {kind}", []).append(round(ms, 2))

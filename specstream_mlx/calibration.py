@@ -26,15 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from .backend import device_name, preload_blas
-from .decoding.loop import (
-    Decoder,
-    State,
-    decode,
-    decode_from,
-    draft_vocab,
-    make_cache,
-    prefilled,
-)
+from .decoding.loop import Decoder, Prefill, decode, decode_from, make_cache
 from .decoding.passes import Passes, compilable
 from .decoding.plan import MIN_GAIN, Acceptance, TreePlan, choose_tree, choose_walked
 from .decoding.policy import TreePolicy
@@ -429,33 +421,6 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
         else:
             curve.msa_deep, curve.loop_deep_ms = d, [round(float(v), 3) for v in ms]
     curve.loop_nodes = nodes
-
-
-class Prefill:
-    """A prompt prefilled once (by `dec`), rewound for each timed loop. Decoding writes only
-    past the prompt's tokens but the last (the first pass's root), so putting each plain KV
-    cache's offset and capacity back gives a loop the start a fresh prefill would, without
-    paying for it: prefilling the curve's 128 tokens for each of its 90 timed loops took a
-    quarter of the curve's time (docs/BENCHMARKS.md, "A latency curve in three quarters of the
-    time"). Other caches (quantized, rotating) keep more than an offset: they are prefilled
-    afresh for each loop, as are those of a decoder with quantized KV caches."""
-
-    def __init__(self, dec: Decoder, prompt: list[int]):
-        self.prompt = prompt
-        self.caches = prefilled(dec, prompt).caches
-        plain = compilable(self.caches)  # mlx-lm's KVCache: an offset into a buffer
-        self.capacity = [c.keys.shape[2] for c in self.caches] if plain else None
-
-    def state(self, dec: Decoder) -> State:
-        """`dec`'s start: the prompt prefilled, nothing decided."""
-        if self.capacity is None or dec.kv_bits:
-            return prefilled(dec, self.prompt)
-        for cache, capacity in zip(self.caches, self.capacity, strict=True):
-            cache.keys = cache.keys[..., :capacity, :]
-            cache.values = cache.values[..., :capacity, :]
-            cache.offset = len(self.prompt) - 1
-        prompt = self.prompt
-        return State(self.caches, list(prompt), prompt[-1], vocab=draft_vocab(dec, prompt))
 
 
 def loop_ms(dec: Decoder, start: Prefill, steps: int, skip: int = 1) -> float:

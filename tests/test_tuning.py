@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 import specstream_mlx as ss
 from specstream_mlx import calibration
-from specstream_mlx.decoding.loop import Decoder, OnDevice, decode, decode_from, prefilled
+from specstream_mlx.decoding.loop import (
+    Decoder,
+    OnDevice,
+    Prefill,
+    decode,
+    decode_from,
+    prefilled,
+)
 from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.plan import (
     Acceptance,
@@ -608,15 +615,16 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
 
 def test_a_rewound_prefill_starts_each_timed_loop_afresh(tmp_path):
     """The curve's loops share one prefill: after a loop that filled the caches past their
-    first capacity, each decoder starts where a fresh prefill would (the same capacity), and
-    decides the same tokens as decoding the prompt."""
+    first capacity, each decoder starts where a fresh prefill would (the same capacity and
+    rows), and decides the same tokens as decoding the prompt; a decoder whose prefill would
+    differ (streams over the prompt), or rotating caches (a sliding window), prefill afresh."""
     from .tiny import save_tiny_model
 
     loaded = ss.load(str(save_tiny_model(tmp_path / "m", "qwen2", hidden_size=128)))
     arch = arch_of(loaded.model, loaded.config["model_type"])
     plain = Decoder(loaded.model, arch, passes=Passes(arch, None, True))
     prompt = [(7 * i + 3) % loaded.config["vocab_size"] for i in range(40)]
-    start = calibration.Prefill(plain, prompt)
+    start = Prefill(plain, prompt)
     fresh = [c.keys.shape[2] for c in prefilled(plain, prompt).caches]
     star = calibration.star_decoder(loaded, arch, 8, 1, True)
     calibration.loop_ms(star, start, 240)  # untrained streams: about a token a pass
@@ -630,7 +638,23 @@ def test_a_rewound_prefill_starts_each_timed_loop_afresh(tmp_path):
         assert (state.caches is start.caches) == (dec is not quantized)
         tokens = [t for step in decode_from(dec, state, 24) for t in step.tokens]
         assert tokens == [t for step in decode(dec, prompt, 24) for t in step.tokens]
-    assert [c.keys.shape[2] for c in start.state(plain).caches] == fresh
+    rewound, again = start.state(plain).caches, prefilled(plain, prompt).caches
+    assert [c.keys.shape[2] for c in rewound] == fresh
+    n = len(prompt) - 1  # the rows the loops left alone hold what a fresh prefill writes
+    for a, b in zip(rewound, again, strict=True):
+        assert mx.array_equal(a.keys[..., :n, :], b.keys[..., :n, :])
+    # a decoder whose prefill differs gets its own (streams run over the prompt), as do
+    # caches that keep more than an offset (a sliding window's rotating ones)
+    cfg = StreamConfig(mode="shared", gamma=1, n_msa_layers=1, prompt_streams=True)
+    params = StreamParams(cfg.validate(loaded.config["num_hidden_layers"]), 128).randomize(0)
+    sliding = dict(sliding_window=16, layer_types=["sliding_attention", "full_attention"] * 2)
+    rotating = ss.load(str(save_tiny_model(tmp_path / "r", "llama", **sliding)))
+    rot = Decoder(rotating.model, arch_of(rotating.model, "llama"))
+    for begun, dec in ((start, Decoder(loaded.model, arch, params)), (Prefill(rot, prompt), rot)):
+        state = begun.state(dec)
+        assert state.caches is not begun.caches
+        tokens = [t for step in decode_from(dec, state, 12) for t in step.tokens]
+        assert tokens == [t for step in decode(dec, prompt, 12) for t in step.tokens]
 
 
 def flat_curve(loaded, layer_ms=1.0, per_row=0.0):

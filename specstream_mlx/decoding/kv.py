@@ -36,6 +36,16 @@ class MainOnlyCache:
         return _concat(k, k_new), _concat(v, v_new)
 
 
+def rewind(caches: list, offset: int, capacity: list[int]) -> None:
+    """mlx-lm's plain KV caches (an offset into a buffer) put back to hold their first `offset`
+    tokens, in buffers cut back to `capacity` rows (one per cache): what was written past them
+    is dropped, and the next write lands where it did when they first held those tokens."""
+    for cache, rows in zip(caches, capacity, strict=True):
+        cache.keys = cache.keys[..., :rows, :]
+        cache.values = cache.values[..., :rows, :]
+        cache.offset = offset
+
+
 def compact(caches: list, start: int, keeps: list[list[int]]) -> None:
     """Keep rows start + keep[i] at start + i of each cache (`keeps`: one list per cache) and
     drop the rest of this step's rows. The rows to move are read (evaluated) before they are

@@ -35,7 +35,7 @@ from ..models.arch import Arch
 from ..sampling import Sampler, SamplingParams, probabilities
 from ..streams.params import StreamParams
 from .host import Drafter, Drafting, DraftOverride, Grafter, HostRun, drive
-from .kv import compact
+from .kv import compact, rewind
 from .passes import Kept, Passes, StepShape, compilable, confidence, top_k_ids
 from .policy import StaticShape, TreePolicy
 from .step import Step
@@ -49,6 +49,7 @@ __all__ = [
     "Decoder",
     "Drafter",
     "DraftOverride",
+    "Prefill",
     "State",
     "decode",
     "decode_from",
@@ -140,7 +141,8 @@ def decode_from(
     dec: Decoder, state: State, max_tokens: int, sampling: SamplingParams | None = None
 ) -> Iterator[Step]:
     """`decode` from a prefilled `state` (its caches hold every token of its history but the
-    last, its root)."""
+    last, its root). It uses `state` up: its caches and history move on as it decodes, so a
+    state starts one generation."""
     sampling = sampling or SamplingParams()
     if not on_device(dec, state, sampling):
         run = HostRun(MlxForward(dec, state), dec.drafting(), state.history, sampling)
@@ -182,8 +184,7 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
     minutes on a CPU: a server's client may have left)."""
     caches = make_cache(dec.model, dec.kv_bits)
     prefix = prompt_ids[:-1]
-    cfg = dec.streams.config if dec.streams is not None else None
-    with_streams = cfg is not None and cfg.main_needs_streams and cfg.prompt_streams
+    with_streams = _prompt_streams(dec) is not None
     for start in range(0, len(prefix), PREFILL_CHUNK):
         if dec.stop is not None and dec.stop():
             return None
@@ -194,6 +195,46 @@ def prefilled(dec: Decoder, prompt_ids: list[int]) -> State | None:
             dec.model(mx.array(piece)[None], cache=caches)
         mx.eval([c.state for c in caches])
     return State(caches, list(prompt_ids), prompt_ids[-1], vocab=draft_vocab(dec, prompt_ids))
+
+
+def _prompt_streams(dec: Decoder) -> StreamParams | None:
+    """The streams a prefill runs over the prompt (a shared adapter's main stream attends to
+    them there), or None."""
+    cfg = dec.streams.config if dec.streams is not None else None
+    with_streams = cfg is not None and cfg.main_needs_streams and cfg.prompt_streams
+    return dec.streams if with_streams else None
+
+
+class Prefill:
+    """A prompt prefilled once, rewound for each of many decoding loops that start from it (the
+    latency curve's 90 timed loops: prefilling its 128 tokens for each took a quarter of its
+    time, docs/BENCHMARKS.md, "A latency curve in three quarters of the time"). Decoding
+    writes only past the prompt's tokens but the last (the first pass's root), so putting
+    plain KV caches' offsets and capacities back gives a loop the start a fresh prefill
+    would. A decoder whose prefill differs from the first one's (another model, quantized KV
+    caches, streams run over the prompt), or caches that keep more than an offset (rotating
+    ones), get a fresh prefill. The rewound states share one set of caches: their loops run
+    one after another, never side by side."""
+
+    def __init__(self, dec: Decoder, prompt: list[int]):
+        if not prompt:
+            raise ValueError("Prefill: an empty prompt (it needs at least its first token)")
+        state = prefilled(dec, prompt)
+        if state is None:
+            raise ValueError("Prefill: the decoder's stop callback ended the prefill")
+        self.dec, self.prompt, self.caches = dec, prompt, state.caches
+        plain = compilable(self.caches)  # mlx-lm's KVCache: an offset into a buffer
+        self.capacity = [c.keys.shape[2] for c in self.caches] if plain else None
+
+    def state(self, dec: Decoder) -> State | None:
+        """`dec`'s start: the prompt prefilled, nothing decided (None as `prefilled`'s)."""
+        first = self.dec
+        same = dec.model is first.model and dec.kv_bits == first.kv_bits
+        if self.capacity is None or not same or _prompt_streams(dec) is not _prompt_streams(first):
+            return prefilled(dec, self.prompt)
+        rewind(self.caches, len(self.prompt) - 1, self.capacity)
+        prompt = self.prompt
+        return State(self.caches, list(prompt), prompt[-1], vocab=draft_vocab(dec, prompt))
 
 
 def draft_vocab(dec: Decoder, prompt_ids: list[int]) -> DraftVocab | None:
