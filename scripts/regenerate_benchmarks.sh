@@ -143,6 +143,32 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == sql ships as a packed adapter (issues 20 and 18) ==
+    # the packed chain (about 8 hours: the every-block baseline about 6.5 of them; it resumes),
+    # its answers against the baseline's on all 200 dev rows (about 16 min), the baseline
+    # alone on each half (about 8 min each), then the packed adapter and the sql shipped before
+    # it (main stream ignoring its streams, commit 3ebd52d) alternated (about 10 min)
+    S="sql ships as a packed adapter"
+    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --adapter runs/sql_packed_out --methods ar,lora --lora runs/baselines/sql_next_token_all \
+        --limit 200 --max-tokens 64 --json $R/quality_sql_packed_200.json
+    step "$S" sh -c "sed -n 101,200p $D/sql/dev.jsonl > runs/sql_dev_100_199.jsonl"
+    for x in "$D/sql/dev.jsonl:0_99" "runs/sql_dev_100_199.jsonl:100_199"; do
+        step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "${x%%:*}" \
+            --methods ar,lora --lora runs/baselines/sql_next_token_all --limit 100 \
+            --max-tokens 64 --json $R/quality_sql_mlx_baseline_${x##*:}.json
+    done
+    step "$S" ensure runs/ignores_3ebd52d/sql sh -c "mkdir -p runs/ignores_3ebd52d && git archive \
+        3ebd52d specstream_mlx/adapters/sql | tar -x -C runs/ignores_3ebd52d --strip-components=2"
+    for t in 1 2; do
+        for x in runs/sql_packed_out:packed runs/ignores_3ebd52d/sql:shipped; do
+            step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+                --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "${x%%:*}" \
+                --json $R/bench_sql_${x##*:}_amd_1207_r$t.json
+        done
+    done
+
     # == sql's and data2text's main streams stop reading their streams (issue 18) ==
     # the two tools as shipped until then (from git, commit e95a6ed) made into copies whose main
     # stream ignores its streams, scored (data2text on 40 e2e dev rows, sql on all 200: about 25
@@ -170,8 +196,8 @@ steps() {
         for a in "d2t data2text e2e e2e/dev.csv ar,ss,mlx-lm" \
             "sql sql sql sql/dev.jsonl ar,ss,ss+pld,mlx-lm"; do
             read -r B a suite p methods <<< "$a"
-            AB="runs/reads_e95a6ed/$a:reads $a:ignores"
-            [ $t = 2 ] && AB="$a:ignores runs/reads_e95a6ed/$a:reads"
+            AB="runs/reads_e95a6ed/$a:reads runs/ignores/$a:ignores"  # sql's shipped: packed
+            [ $t = 2 ] && AB="runs/ignores/$a:ignores runs/reads_e95a6ed/$a:reads"
             for x in $AB; do
                 step "$S" ./dev.sh specstream bench --overwrite --suite $suite --data "$D/$p" \
                     --limit 10 --max-tokens 96 --adapter "${x%%:*}" --methods $methods \
@@ -1063,8 +1089,10 @@ fi
 # ---- not regenerated here: why ----------------------------------------------------------------
 # - Sections that bench the shipped writing tools (writing_tools and the like) run today's: since
 #   2026-12-07 sql's and data2text's main streams ignore their streams (summarize's since
-#   2026-12-06), so their `ar` rows in sections measured before come out faster. The adapters of
-#   then: `git archive e95a6ed specstream_mlx/adapters/A` (5523dee for summarize).
+#   2026-12-06), so their `ar` rows in sections measured before come out faster, and sql is the
+#   packed adapter since later that day (other answers, slower streams). The adapters of
+#   then: `git archive e95a6ed specstream_mlx/adapters/A` (5523dee for summarize; 3ebd52d for
+#   sql's main-ignores one).
 # - The llama.cpp columns (Qwen and default-model perplexity, tests/golden/*llamacpp_reference.json):
 #   scripts/llamacpp_reference.py needs llama-cpp-python built from source, which is not in
 #   .venv (not a dependency of the project), and its output is a pinned test reference.
