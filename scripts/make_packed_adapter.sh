@@ -23,7 +23,8 @@
 #      (default specstream_mlx/adapters/TASK; its README.md is kept).
 # ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
 # a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
-# RUN_DIR and OUT elsewhere).
+# RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (default 8; with another RUN_DIR,
+# and BASELINE pointing at a baseline already trained, the baseline is reused).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -39,6 +40,7 @@ case "$task" in  # as scripts/make_task_adapter.sh
 esac
 steps=${STEPS:-$steps}
 parent_steps=${PARENT_STEPS:-$parent_steps}
+msa=${MSA_LAYERS:-8}
 run=${RUN_DIR:-../runs}
 baseline=${BASELINE:-$run/baselines/${task}_next_token_all}
 out=${OUT:-specstream_mlx/adapters/$task}
@@ -53,14 +55,14 @@ if [ -f "$run/${task}_lossless/adapters.safetensors" ]; then
     :
 elif [ "${ENGINE:-mlx}" = torch ]; then  # the PyTorch trainer (a GPU: DEVICE=cuda), converted
     ./dev.sh python -m convert.torch_train --mode lossless --model "$merged" --task "$task" \
-        --data "$DATA_DIR/$data" --targets self --n-msa-layers 8 --gamma 4 --lr 3e-3 \
+        --data "$DATA_DIR/$data" --targets self --n-msa-layers "$msa" --gamma 4 --lr 3e-3 \
         --segment 64 --warmup 20 --steps "$steps" --batch-size 4 --max-length "$max_length" \
         --checkpoint-every 25 --device "${DEVICE:-cpu}" --out "$run/${task}_lossless_torch"
     ./dev.sh specstream convert --from "$run/${task}_lossless_torch" \
         --to "$run/${task}_lossless" --model "$merged" --overwrite
 else
     ./dev.sh specstream train "${streams[@]}" --task "$task" --data "$DATA_DIR/$data" \
-        --gamma 4 --msa-layers 8 --tree-top-k 3 --lr 3e-3 --warmup 20 --steps "$steps" \
+        --gamma 4 --msa-layers "$msa" --tree-top-k 3 --lr 3e-3 --warmup 20 --steps "$steps" \
         --max-length "$max_length" --val-every 250 --out "$run/${task}_lossless"
 fi
 rows=$run/${task}_parent_rows.${data##*.}
