@@ -64,7 +64,7 @@ def test_a_shipped_writing_tool_distills_its_own_answers_batched(tmp_path):
     # break a near-tie differently from one row's, and this compares tokens exactly)
     distill(tool, [Instruction(p, "sql", "sql") for p in prompts], out, 24, 1, log=print)
     rows = {row["prompt"]: row for row in map(json.loads, out.read_text().splitlines())}
-    assert sorted(rows) == sorted(prompts)  # in the order they ended
+    assert sorted(rows) == sorted(prompts)  # rows land in the order answers end: compare as sets
     answers = {}
     for who, model in (("tool", tool), ("base", base)):
         ids = [ss.generate(model, p, max_tokens=24).token_ids for p in prompts]
