@@ -143,6 +143,30 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == sql's streams in 12 MSA layers (issues 20 and 18) ==
+    # the 12-layer packed chain on the every-block baseline (about 8 hours when the baseline must
+    # be trained first, else about 1.7; it resumes), the 8-layer one of the next section (the
+    # same script, skipped where built), the LoRA tensors compared, an idle curve (about 2 min),
+    # then the two alternated, 12 / 8 / 12 / 8 (about 10 min)
+    S="sql's streams in 12 MSA layers"
+    step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
+        OUT=runs/sql12/packed_out scripts/make_packed_adapter.sh sql
+    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+    step "$S" ./dev.sh python -c "import sys, mlx.core as mx
+a, b = (mx.load(f'{x}/adapters.safetensors') for x in sys.argv[1:3])
+lora = [k for k in b if 'lora' in k]
+print(len(lora), 'LoRA tensors', 'identical' if all(mx.array_equal(a[k], b[k]).item()
+      and a[k].dtype == b[k].dtype for k in lora) else 'DIFFERENT')" runs/sql12/packed_out \
+        runs/sql_packed_out
+    step "$S" ./dev.sh specstream calibrate --force
+    for t in 1 2; do
+        for x in runs/sql12/packed_out:msa12 runs/sql_packed_out:msa8; do
+            step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+                --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "${x%%:*}" \
+                --json $R/bench_sql_${x##*:}_amd_1207_r$t.json
+        done
+    done
+
     # == sql ships as a packed adapter (issues 20 and 18) ==
     # the packed chain (about 8 hours: the every-block baseline about 6.5 of them; it resumes),
     # its answers against the baseline's on all 200 dev rows (about 16 min), the baseline
