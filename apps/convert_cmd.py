@@ -90,7 +90,10 @@ def run(args) -> int:
         from specstream_mlx.streams.adapter_io import read_adapter
 
         def check(tmp):  # the runtime itself must accept it before it takes the name
-            read_adapter(tmp, loaded)
+            try:
+                read_adapter(tmp, loaded)
+            except SpecstreamError as exc:  # named as the folder it would have been
+                raise SpecstreamError(str(exc).replace(str(tmp), str(args.target))) from None
 
     written = af.write_folder(args.target, out, overwrite=args.overwrite, check=check)
     n = len(out.tensors) + len(out.lora)

@@ -108,6 +108,13 @@ def run(args) -> int:
         raise ss.SpecstreamError("--compare compares a speculative decoder with plain decoding")
     loaded = ss.load(args.model, adapter=args.adapter, precision=args.precision)
     if args.decoder in ("ss", "ss+pld"):
+        if loaded.streams is None:  # a next-token LoRA, or no adapter at all
+            print(
+                f"note: {args.adapter or 'no adapter'}: no trained streams, so {args.decoder} "
+                "drafts with untrained ones (they rarely guess right; `--adapter` names a "
+                "stream adapter, `--decoder pld` drafts from the prompt alone)",
+                file=sys.stderr,
+            )
         loaded.streams = stream_params(loaded, args)
     common = dict(
         max_tokens=args.max_tokens,

@@ -44,7 +44,7 @@ from safetensors.numpy import load_file, save_file
 
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.folders import staged_folder
-from specstream_mlx.streams.config import StreamConfig
+from specstream_mlx.streams.config import StreamConfig, saved_stream_config
 from specstream_mlx.streams.config import next_token_settings as config_settings
 
 TORCH_STREAMS, TORCH_CONFIG = "streams.safetensors", "stream_config.json"
@@ -114,6 +114,10 @@ def folder_kind(path: str | os.PathLike) -> str:
     if not path.is_dir():
         raise SpecstreamError(f"adapter folder not found: {path}")
     if (path / TORCH_CONFIG).is_file():
+        if not (path / TORCH_STREAMS).is_file():
+            raise SpecstreamError(
+                f"a PyTorch adapter folder needs its streams: {path / TORCH_STREAMS}"
+            )
         return "torch"
     if (path / MLX_CONFIG).is_file() and (path / MLX_WEIGHTS).is_file():
         return "mlx"
@@ -133,9 +137,11 @@ def read_folder(path: str | os.PathLike) -> Folder:
             raise SpecstreamError(
                 f"{path} is an MLX LoRA folder without streams: only stream adapters convert"
             )
+        saved_stream_config(config, path / MLX_CONFIG)
         folder = Folder("mlx", config, read_tensors(path / MLX_WEIGHTS))
     else:
         config = _checked_base(_read_json(path / TORCH_CONFIG), path / TORCH_CONFIG)
+        saved_stream_config(config, path / TORCH_CONFIG)
         folder = Folder("torch", config, read_tensors(path / TORCH_STREAMS))
     if kind == "torch" and folder.stream_config.mode == "shared":
         for name in (PEFT_CONFIG, PEFT_WEIGHTS):
@@ -222,6 +228,8 @@ def _checked_base(config: dict, path: Path) -> dict:
         raise SpecstreamError(
             f"unreadable {path}: base_model must be an object with a fingerprint object"
         )
+    if not isinstance(base.get("name", ""), str):
+        raise SpecstreamError(f"unreadable {path}: base_model's name must be a string")
     return config
 
 
@@ -454,6 +462,11 @@ def _check_peft_config(peft: dict | None, cfg: StreamConfig, problems: list[str]
         targets = list(LORA_MODULES)
     elif isinstance(targets, str):
         problems.append(f"target_modules given as a pattern ({targets!r}): list the module names")
+        targets = []
+    elif targets is not None and not (
+        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+    ):
+        problems.append(f"PEFT target_modules must be a list of module names, got {targets!r}")
         targets = []
     unknown = sorted(set(targets or []) - set(LORA_MODULES))
     if unknown:

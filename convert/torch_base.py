@@ -7,6 +7,7 @@ loader does since it casts the scales first), so both sides run bit-identical we
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,14 +153,16 @@ def load_base(name: str | None = None, device: str = "cpu", dtype: str = "float3
                 f"model {name!r} not found: not a folder, a .gguf file, a packaged model "
                 f"({', '.join(MODELS)}) or a hub id (owner/name)"
             )
+    # a GGUF's metadata first: a corrupt or cut file gets the MLX runtime's clear error
+    metadata = read_metadata(folder / kwargs["gguf_file"]) if kwargs else None
     try:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=_DTYPES[dtype], **kwargs)
         # a GGUF's tokenizer as the MLX runtime builds it (transformers' lacks the digit split)
-        if kwargs:
-            tokenizer = gguf_tokenizer(read_metadata(folder / kwargs["gguf_file"]))
+        if metadata is not None:
+            tokenizer = gguf_tokenizer(metadata)
         else:
             tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, ImportError) as exc:
+    except (OSError, ValueError, ImportError, EOFError, struct.error) as exc:  # struct: a cut GGUF
         raise SpecstreamError(f"cannot load model {name or DEFAULT_MODEL!r}: {exc}") from None
     config = model.config.to_dict()
     if config.get("model_type") not in SUPPORTED:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
+from specstream_apps.args import output_folder, positive_int  # noqa: E402
 from specstream_mlx.folders import staged_folder  # noqa: E402
 from specstream_mlx.streams.adapter_io import CONFIG, read_adapter, resolve_adapter  # noqa: E402
 from specstream_mlx.streams.config import StreamConfig  # noqa: E402
@@ -30,13 +31,14 @@ def main() -> int:
     p.add_argument("--adapter", required=True, help="a stream adapter folder or shipped name")
     p.add_argument("--data", required=True, help="its training data (jsonl, or a task's file)")
     p.add_argument("--task", default=None, help="the task the data file is shaped for")
-    p.add_argument("--size", type=int, required=True, help="K: tokens kept")
+    p.add_argument("--size", type=positive_int, required=True, help="K: tokens kept")
     p.add_argument("--out", required=True, help="the new adapter folder")
     p.add_argument("--model", default=None)
-    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--max-length", type=positive_int, default=512)
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args()
     try:
+        output_folder(args.out, "--out", args.overwrite)
         loaded = ss.load(args.model)
         source = resolve_adapter(args.adapter, loaded)
         if read_adapter(source, loaded).streams is None:
@@ -52,7 +54,10 @@ def main() -> int:
                 if path.is_file() and path.name != CONFIG:
                     shutil.copy2(path, tmp / path.name)
             (tmp / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-            read_adapter(tmp, loaded)  # the runtime must accept it before it takes the name
+            try:  # the runtime must accept it before it takes the name
+                read_adapter(tmp, loaded)
+            except ss.SpecstreamError as exc:  # named as the folder it would have been
+                raise ss.SpecstreamError(str(exc).replace(str(tmp), str(args.out))) from None
     except ss.SpecstreamError as exc:
         print(f"draft_vocab: error: {exc}", file=sys.stderr)
         return 2

@@ -40,10 +40,13 @@ def staged_folder(target: str | os.PathLike, overwrite: bool = False) -> Iterato
     (an existing folder is moved aside first and removed last, so a reader finds the old folder
     or the new one, never neither); when the block raises it is removed."""
     given, target = target, Path(os.path.abspath(target))  # "." or "" names the folder itself
-    if target.exists() and not overwrite:
-        raise SpecstreamError(f"output folder exists: {given} (pass --overwrite to replace it)")
     if target.exists() and not target.is_dir():
         raise SpecstreamError(f"output {given} exists and is not a folder")
+    if target.exists() and not overwrite:
+        raise SpecstreamError(f"output folder exists: {given} (pass --overwrite to replace it)")
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise SpecstreamError(f"cannot write {given}: {blocking} is a file, not a folder")
     if target.exists():
         check_replaceable(given)
     try:

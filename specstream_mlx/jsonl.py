@@ -13,6 +13,16 @@ T = TypeVar("T")
 SHOWN = 10  # problems listed in the message; the rest are counted
 
 
+def data_file(path: str | Path) -> Path:
+    """`path`, once it is known to be a file: a clear error for a folder or nothing there."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecstreamError(f"data file {path} is a folder: give the data file")
+    if not path.is_file():
+        raise SpecstreamError(f"data file not found: {path}")
+    return path
+
+
 class BadRow(ValueError):
     """A row in the wrong shape; its message is reported as it is."""
 
@@ -21,9 +31,7 @@ def read_rows(path: str | Path, convert: Callable[[object], T], what: str = "dat
     """`convert(row)` for each non-empty line's JSON value. Lines that are not JSON, or that
     `convert` rejects (BadRow, KeyError, ValueError, TypeError, AttributeError, SpecstreamError),
     are collected and raised together as one SpecstreamError naming `what` and `path`."""
-    path = Path(path)
-    if not path.is_file():
-        raise SpecstreamError(f"data file not found: {path}")
+    path = data_file(path)
     rows, problems, not_json = [], [], 0
     with open(path, "rb") as f:  # decoded line by line: a binary line is one more problem
         for number, raw in enumerate(f, start=1):

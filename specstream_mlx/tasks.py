@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecstreamError
-from .jsonl import read_rows
+from .jsonl import data_file, read_rows
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,7 @@ def get_task(name: str) -> Task:
 def read_task_examples(name: str, path: str | Path, limit: int | None = None) -> list[TaskExample]:
     """Examples of task `name` from a data file in its data set's shape. E2E rows are grouped by
     MR (one example, all its references); DialogSum's optional "summaries" add references."""
-    task, path = get_task(name), Path(path)
-    if not path.is_file():
-        raise SpecstreamError(f"data file not found: {path}")
+    task, path = get_task(name), data_file(path)
     if task.dataset == "e2e":
         examples = _read_e2e(task, path)
     else:

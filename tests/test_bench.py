@@ -183,6 +183,10 @@ def test_cli_bad_input_is_one_clear_line(tiny_folders, tiny_adapter, questions, 
         "data file not found",
     )
     assert_clean_error(
+        specstream("bench", "--suite", "sql", "--data", str(tmp_path), *model),
+        f"data file {tmp_path} is a folder",
+    )
+    assert_clean_error(
         specstream("bench", "--suite", "mtbench", "--data", str(questions), "--limit", "0"),
         "--limit",
     )

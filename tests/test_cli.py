@@ -311,7 +311,7 @@ def test_adapter_config_with_a_malformed_base_model(tmp_path, tiny_folders, base
     ("change", "message"),
     [
         ({"format_version": 99}, "format_version 99; this version of specstream-mlx reads format"),
-        ({"format_version": "1"}, "format_version '1'"),
+        ({"format_version": "1"}, "format_version must be an integer, got '1'"),
         ({"stream_config": None}, "no stream_config"),
         ({"stream_config": "x"}, "stream_config must be an object"),
         ({"stream_config": {"gamma": 2, "n_msa_layers": 2, "gama": 3}}, "field(s) gama"),
@@ -335,6 +335,36 @@ def test_adapter_config_of_another_format_is_named(tmp_path, tiny_folders, chang
     (folder / CONFIG).write_text(json.dumps(config))
     with pytest.raises(ss.SpecstreamError, match=re.escape(message)):
         read_adapter(folder, loaded)
+    from convert import adapter_format as af
+
+    if "stream_config" not in config:  # to convert, an MLX LoRA folder
+        message = "an MLX LoRA folder without streams"
+    with pytest.raises(ss.SpecstreamError, match=re.escape(message)) as err:  # convert's reader
+        af.read_folder(folder)
+    assert str(folder) in str(err.value)
+
+
+def test_adapter_config_errors_name_the_file(tmp_path, tiny_folders):
+    """A config without its base model, or whose LoRA blocks the model lacks: one message that
+    names the file and what is wrong."""
+    import specstream_mlx as ss
+    from specstream_mlx.streams.adapter_io import CONFIG, read_adapter, save_adapter
+    from specstream_mlx.streams.config import StreamConfig
+    from specstream_mlx.streams.params import StreamParams
+
+    loaded = ss.load(str(tiny_folders["llama"]))
+    params = StreamParams(StreamConfig(gamma=2, n_msa_layers=2), 64).randomize(0)
+    folder = save_adapter(tmp_path / "adapter", params, loaded)
+    saved = json.loads((folder / CONFIG).read_text())
+    (folder / CONFIG).write_text(json.dumps({k: v for k, v in saved.items() if k != "base_model"}))
+    with pytest.raises(ss.SpecstreamError, match=re.escape(f"{folder / CONFIG}: no base_model")):
+        read_adapter(folder, loaded)
+    blocks = {**saved, "stream_config": {**saved["stream_config"], "lora_blocks": [99]}}
+    (folder / CONFIG).write_text(json.dumps(blocks))
+    with pytest.raises(ss.SpecstreamError) as err:
+        read_adapter(folder, loaded)
+    assert str(folder / CONFIG) in str(err.value)
+    assert "lora_blocks (99,) names blocks the model lacks" in str(err.value)
 
 
 UNWRITABLE = "/proc/specstream-test"  # no file can be made there, even by root
@@ -407,6 +437,24 @@ def test_an_output_folder_that_holds_other_things_is_never_replaced(tmp_path, ti
     assert proc.returncode == 0, proc.stderr
     proc = specstream(*convert, str(home / "src2"))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_staged_folder_names_a_file_in_its_way(tmp_path):
+    """An output that is a file, or below one: said so, whatever --overwrite says, and the
+    file kept."""
+    import specstream_mlx as ss
+    from specstream_mlx.folders import staged_folder
+
+    (tmp_path / "a_file").write_text("x")
+    for overwrite in (False, True):
+        with pytest.raises(ss.SpecstreamError, match="exists and is not a folder"):
+            with staged_folder(tmp_path / "a_file", overwrite):
+                pass
+        with pytest.raises(ss.SpecstreamError, match=f"{tmp_path / 'a_file'} is a file, not a"):
+            with staged_folder(tmp_path / "a_file" / "sub" / "out", overwrite):
+                pass
+    assert (tmp_path / "a_file").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
 def test_distill_reads_prompt_rows_and_names_the_bad_ones(tmp_path, tiny_folders):

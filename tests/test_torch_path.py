@@ -745,7 +745,7 @@ def test_convert_never_writes_what_the_runtime_refuses(trained, tiny_folders, tm
     target = tmp_path / "x"
     shutil.copytree(SHIPPED_DIR / "chat", target)  # a good folder already there
     assert run_convert(anonymous, target, "--model", str(tiny_folders["llama"]), "--overwrite") == 2
-    assert "another base model" in capsys.readouterr().err
+    assert f"{target / af.MLX_CONFIG}: no base_model" in capsys.readouterr().err
     assert af.read_folder(target).config == af.read_folder(SHIPPED_DIR / "chat").config  # kept
 
 
@@ -777,6 +777,7 @@ def test_convert_lists_every_missing_and_misshapen_tensor(trained, tiny_folders,
         ({"lora_alpha": 8}, "disagree with the stream config"),
         ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
         ({"target_modules": None}, "target_modules is missing"),
+        ({"target_modules": 5}, "target_modules must be a list of module names, got 5"),
         ({"layers_to_transform": [0]}, "disagrees with the stream config's lora_blocks"),
         ({"layers_to_transform": 0}, "disagrees with the stream config's lora_blocks"),
     ],
@@ -807,6 +808,17 @@ def test_convert_bad_folders(tmp_path, capsys):
     (broken / "adapters.safetensors").write_bytes(b"\x00\x01")
     assert run_convert(broken, tmp_path / "x", "--no-check") == 2
     assert "corrupt or truncated" in capsys.readouterr().err
+    torch_side = tmp_path / "torch_side"  # a PyTorch folder: its streams' file gone
+    assert run_convert(SHIPPED_DIR / "chat", torch_side, "--no-check") == 0
+    capsys.readouterr()
+    config = json.loads((torch_side / af.TORCH_CONFIG).read_text())
+    config["base_model"]["name"] = 5
+    (torch_side / af.TORCH_CONFIG).write_text(json.dumps(config))
+    assert run_convert(torch_side, tmp_path / "x") == 2
+    assert "base_model's name must be a string" in capsys.readouterr().err
+    (torch_side / af.TORCH_STREAMS).unlink()
+    assert run_convert(torch_side, tmp_path / "x", "--no-check") == 2
+    assert f"needs its streams: {torch_side / af.TORCH_STREAMS}" in capsys.readouterr().err
     diverged = tmp_path / "diverged"  # an MLX folder whose training went to NaN, to torch
     shutil.copytree(SHIPPED_DIR / "chat", diverged)
     weights = load_file(str(diverged / "adapters.safetensors"))

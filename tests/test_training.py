@@ -683,6 +683,11 @@ def test_draft_vocab_script_adds_a_vocabulary_to_a_trained_adapter(
     assert read_adapter(out, tiny).streams.config.draft_vocab == draft_vocabulary(examples, 8)
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "exists" in again.stderr
+    for size in ("-5", "0"):  # refused before any model loads
+        cmd[cmd.index("--size") + 1], cmd[-1] = size, str(tmp_path / "none")
+        bad = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and "--size" in bad.stderr, bad.stderr
+        assert not (tmp_path / "none").exists()
 
 
 def test_draft_vocabulary_is_the_commonest_targets():
@@ -693,6 +698,8 @@ def test_draft_vocabulary_is_the_commonest_targets():
     assert draft_vocabulary(examples, 9) == (2, 5, 7)
     with pytest.raises(ss.SpecstreamError, match="no target tokens"):
         draft_vocabulary([Example([1, 2], [False, False])], 4)
+    with pytest.raises(ss.SpecstreamError, match="at least one token, got size 0"):
+        draft_vocabulary(examples, 0)
 
 
 def test_train_cli_trains_a_shared_adapter_whose_main_stream_ignores_its_streams(

@@ -16,7 +16,13 @@ from mlx.utils import tree_flatten, tree_unflatten
 from ..errors import SpecstreamError
 from ..folders import staged_folder
 from .acceptance import ACCEPTANCE_FILE, Acceptance
-from .config import FORMAT_VERSION, StreamConfig, next_token_config, next_token_settings
+from .config import (
+    FORMAT_VERSION,
+    StreamConfig,
+    next_token_config,
+    next_token_settings,
+    saved_stream_config,
+)
 from .fingerprint import MERGED_LORA, fingerprint, weights_sha256
 from .lora import (
     PREFIX,
@@ -359,21 +365,12 @@ def read_adapter(folder: str | os.PathLike, loaded) -> Adapter:
             f"unreadable {folder / CONFIG}: no stream_config (neither a specstream adapter nor "
             "an mlx-lm LoRA folder)"
         )
-    version = config.get("format_version", FORMAT_VERSION)
-    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
-        raise SpecstreamError(
-            f"unreadable {folder / CONFIG}: format_version {version!r}; this version of "
-            f"specstream-mlx reads format {FORMAT_VERSION} (a newer one needs a newer release)"
-        )
-    if not isinstance(config["stream_config"], dict):
-        raise SpecstreamError(f"unreadable {folder / CONFIG}: stream_config must be an object")
-    try:
-        stream_config = StreamConfig.from_dict(config["stream_config"])
-        stream_config.validate()  # types and ranges; the layer count after the fingerprint
-    except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
-        raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
+    stream_config = saved_stream_config(config, folder / CONFIG)  # the layer count below
     _check_base(folder, config, loaded)
-    stream_config.validate(loaded.config["num_hidden_layers"])
+    try:
+        stream_config.validate(loaded.config["num_hidden_layers"])
+    except SpecstreamError as exc:
+        raise SpecstreamError(f"unreadable {folder / CONFIG}: {exc}") from None
     vocab = stream_config.draft_vocab
     if vocab and vocab[-1] >= loaded.config["vocab_size"]:
         raise SpecstreamError(
@@ -457,6 +454,10 @@ def _check_base(folder: Path, config: dict, loaded, required: bool = True) -> No
     fingerprint: `required=False` then leaves the check to the tensor shapes)."""
     if "base_model" not in config and not required:
         return
+    if "base_model" not in config:
+        raise SpecstreamError(
+            f"unreadable {folder / CONFIG}: no base_model (the model the adapter was made for)"
+        )
     base = config.get("base_model", {})
     if not isinstance(base, dict) or not isinstance(base.get("fingerprint", {}), dict):
         raise SpecstreamError(

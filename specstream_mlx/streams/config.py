@@ -195,6 +195,7 @@ def _blocks_problems(blocks, n_layers: int | None) -> list[str]:
     if ok and list(blocks) == sorted(set(blocks)) and all(b >= 0 for b in blocks):
         if n_layers is None or all(b < n_layers for b in blocks):
             return []
+        return [f"lora_blocks {blocks!r} names blocks the model lacks (its {n_layers}: 0 on)"]
     return [f"lora_blocks must be increasing block indices, got {blocks!r}"]
 
 
@@ -221,6 +222,30 @@ def _tree_problems(tree, gamma: int) -> list[str]:
             return [f"tree path {path!r} is not a new rank path under a listed parent"]
         seen.add(path)
     return []
+
+
+def saved_stream_config(config: dict, where) -> StreamConfig:
+    """The StreamConfig an adapter's saved config holds (adapter_config.json, or the PyTorch
+    path's stream_config.json), its format version and fields checked; `where` names the file
+    in errors. The layer count is checked later, against the model."""
+    version = config.get("format_version", FORMAT_VERSION)
+    if type(version) is not int:
+        raise SpecstreamError(
+            f"unreadable {where}: format_version must be an integer, got {version!r}"
+        )
+    if not 1 <= version <= FORMAT_VERSION:
+        raise SpecstreamError(
+            f"unreadable {where}: format_version {version}; this version of specstream-mlx "
+            f"reads format {FORMAT_VERSION} (a newer one needs a newer release)"
+        )
+    if "stream_config" not in config:
+        raise SpecstreamError(f"unreadable {where}: no stream_config")
+    if not isinstance(config["stream_config"], dict):
+        raise SpecstreamError(f"unreadable {where}: stream_config must be an object")
+    try:
+        return StreamConfig.from_dict(config["stream_config"]).validate()
+    except (ValueError, KeyError, TypeError, AttributeError, SpecstreamError) as exc:
+        raise SpecstreamError(f"unreadable {where}: {exc}") from None
 
 
 def next_token_config(num_layers: int, rank: int, scale: float, base_model: dict) -> dict:

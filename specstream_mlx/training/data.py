@@ -56,6 +56,8 @@ class Dataset:
 def draft_vocabulary(examples: list[Example], size: int) -> tuple[int, ...]:
     """The `size` commonest target tokens of `examples` (ties: the lower id), sorted: an
     adapter's draft vocabulary (StreamConfig.draft_vocab), what its streams learned to guess."""
+    if size < 1:
+        raise SpecstreamError(f"a draft vocabulary needs at least one token, got size {size}")
     counts = Counter(t for ex in examples for t, m in zip(ex.ids, ex.loss_mask, strict=True) if m)
     if not counts:
         raise SpecstreamError("no target tokens to take a draft vocabulary from")
