@@ -2,7 +2,7 @@
 # A writing tool that keeps its next-token baseline's answers by construction (issue 20): the
 # baseline's LoRA, with lossless streams trained on the baseline merged into the model, packed
 # into one shared-mode adapter whose main stream ignores its streams (main_reads_streams false;
-# docs/training.md, "pack_lora_streams").
+# docs/training.md, `specstream train`, the `scripts/pack_lora_streams.py` item).
 #
 #   scripts/make_packed_adapter.sh sql|data2text|summarize
 #   OUT=../runs/sql_packed/sql scripts/make_packed_adapter.sh sql
@@ -15,7 +15,7 @@
 #   2. merged into the model (scripts/fuse_next_token.py);
 #   3. lossless streams on the merged model, on its own greedy tokens (--targets self): the
 #      shipped tool's steps and stream settings (4 streams, 8 MSA layers, lr 3e-3);
-#   4. parent heads of rank 128 on them (`train --from`, the shipped tool's rows and steps);
+#   4. parent heads of rank PARENT_RANK (128) on them (`train --from`, the shipped tool's rows and steps);
 #   5. a draft vocabulary of the 8,192 commonest answer tokens of the train split;
 #   6. packed (scripts/pack_lora_streams.py) for the untouched base, stored as float16 (a
 #      convert round trip), the shipped default tree (k=1, 2 nodes) and the acceptance
@@ -24,7 +24,9 @@
 # ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
 # a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
 # RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (default 8; with another RUN_DIR,
-# and BASELINE pointing at a baseline already trained, the baseline is reused).
+# and BASELINE pointing at a baseline already trained, the baseline is reused); PARENT_RANK the
+# parent heads' rank (default 128; 12 MSA layers with rank 128 come to 1,006,848 parameters
+# beside the LoRA, over issue 20's 1e6: rank 120 fits).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -41,6 +43,7 @@ esac
 steps=${STEPS:-$steps}
 parent_steps=${PARENT_STEPS:-$parent_steps}
 msa=${MSA_LAYERS:-8}
+parent_rank=${PARENT_RANK:-128}
 run=${RUN_DIR:-../runs}
 baseline=${BASELINE:-$run/baselines/${task}_next_token_all}
 out=${OUT:-specstream_mlx/adapters/$task}
@@ -68,7 +71,7 @@ fi
 rows=$run/${task}_parent_rows.${data##*.}
 head -n "$parent_rows" "$DATA_DIR/$data" > "$rows"
 [ -f "$run/${task}_lossless_parent/adapters.safetensors" ] ||
-    ./dev.sh specstream train "${streams[@]}" --parent-rank 128 --from "$run/${task}_lossless" \
+    ./dev.sh specstream train "${streams[@]}" --parent-rank "$parent_rank" --from "$run/${task}_lossless" \
         --task "$task" --data "$rows" --steps "$parent_steps" --lr 1e-3 --warmup 20 \
         --val-every 100 --out "$run/${task}_lossless_parent"
 ./dev.sh python scripts/draft_vocab.py --model "$merged" --adapter "$run/${task}_lossless_parent" \
