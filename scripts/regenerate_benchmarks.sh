@@ -74,6 +74,19 @@ step() {  # step "SECTION" COMMAND...: the n-th step
     "$@"
 }
 
+sql_alternated() {  # sql_alternated SECTION DIR:NAME DIR:NAME: both adapters benched on the sql
+    local section=$1 t x  # dev set, alternated twice, into bench_sql_NAME_amd_1207_rT.json
+    shift
+    for t in 1 2; do
+        for x in "$@"; do
+            step "$section" ./dev.sh specstream bench --overwrite --suite sql \
+                --data "$D/sql/dev.jsonl" --limit 10 --max-tokens 96 \
+                --methods ar,ss,pld,ss+pld,mlx-lm --adapter "${x%%:*}" \
+                --json $R/bench_sql_${x##*:}_amd_1207_r$t.json
+        done
+    done
+}
+
 into() {  # into FILE COMMAND...: COMMAND's stdout becomes FILE (replaced only if COMMAND succeeds)
     local file=$1
     shift
@@ -159,13 +172,7 @@ print(len(lora), 'LoRA tensors', 'identical' if all(mx.array_equal(a[k], b[k]).i
       and a[k].dtype == b[k].dtype for k in lora) else 'DIFFERENT')" runs/sql12/packed_out \
         runs/sql_packed_out
     step "$S" ./dev.sh specstream calibrate --force
-    for t in 1 2; do
-        for x in runs/sql12/packed_out:msa12 runs/sql_packed_out:msa8; do
-            step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
-                --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "${x%%:*}" \
-                --json $R/bench_sql_${x##*:}_amd_1207_r$t.json
-        done
-    done
+    sql_alternated "$S" runs/sql12/packed_out:msa12 runs/sql_packed_out:msa8
 
     # == sql ships as a packed adapter (issues 20 and 18) ==
     # the packed chain (about 8 hours: the every-block baseline about 6.5 of them; it resumes),
@@ -185,13 +192,7 @@ print(len(lora), 'LoRA tensors', 'identical' if all(mx.array_equal(a[k], b[k]).i
     done
     step "$S" ensure runs/ignores_3ebd52d/sql sh -c "mkdir -p runs/ignores_3ebd52d && git archive \
         3ebd52d specstream_mlx/adapters/sql | tar -x -C runs/ignores_3ebd52d --strip-components=2"
-    for t in 1 2; do
-        for x in runs/sql_packed_out:packed runs/ignores_3ebd52d/sql:shipped; do
-            step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
-                --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --adapter "${x%%:*}" \
-                --json $R/bench_sql_${x##*:}_amd_1207_r$t.json
-        done
-    done
+    sql_alternated "$S" runs/sql_packed_out:packed runs/ignores_3ebd52d/sql:shipped
 
     # == sql's and data2text's main streams stop reading their streams (issue 18) ==
     # the two tools as shipped until then (from git, commit e95a6ed) made into copies whose main
