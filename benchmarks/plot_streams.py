@@ -8,7 +8,8 @@ loss curves (`training.loss_curve` in ROW/adapter_config.json, or the full histo
 ROW_progress.json, a copy of a checkpoint's progress.json). Writes three PNGs:
 
 - stream_rows.png: stream j's top-1 (j = 1..4) per row; the tau of the best static tree of
-  4 / 8 / 16 nodes per row; stream-1 top-1 against the number of distilled answers (rows nN);
+  4 / 8 / 16 nodes per row; stream-1 top-1 against the number of distilled answers, at a fixed
+  step budget (rows nN) and at a fixed epoch count (rows eN);
   the issue's targets drawn where they apply (stream-1 0.45, 8-node tau 1.8);
 - logit_lens.png: the base head's top-1 for the next token after every block, with the pruning
   points of 8 and 12 MSA layers and each row's early-exit top-1;
@@ -63,6 +64,14 @@ def loss_points(runs: Path | None, row: str) -> list[tuple[float, float]]:
     return [(w["steps"][1], w["loss"]) for w in curve]
 
 
+def data_curve(rows: dict[str, dict], prefix: str) -> list[tuple[int, float]]:
+    """(answers, stream-1 top-1) of the rows named prefix + N (nN: a fixed step budget, eN: a
+    fixed epoch count), by N."""
+    pattern = re.compile(prefix + r"(\d+)")
+    found = ((pattern.fullmatch(n), r) for n, r in rows.items())
+    return sorted((int(m[1]), r["stream_accuracy"][0]) for m, r in found if m)
+
+
 def plot_rows(rows: dict[str, dict], out: Path) -> None:
     fig, (acc, tau, data) = plt.subplots(1, 3, figsize=(15, 4.5))
     for name, r in rows.items():
@@ -77,12 +86,16 @@ def plot_rows(rows: dict[str, dict], out: Path) -> None:
     tau.set(xlabel="nodes of the best static tree", ylabel="tau (tokens per pass)")
     tau.set(title="Best static trees")
     tau.set_xticks([4, 8, 16])
-    sizes = sorted((int(m[1]), r) for n, r in rows.items() if (m := re.fullmatch(r"n(\d+)", n)))
-    if sizes:
-        data.plot([n for n, _ in sizes], [r["stream_accuracy"][0] for _, r in sizes], "o-")
+    points = 0
+    for prefix, label in (("n", "400 steps of 4"), ("e", "2 epochs (N / 2 steps of 4)")):
+        sizes = data_curve(rows, prefix)
+        if sizes:
+            data.plot([n for n, _ in sizes], [s for _, s in sizes], "o-", label=label)
+        points += len(sizes)
     data.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
-    data.set(xlabel="distilled answers (400 steps of 4)", ylabel="stream-1 top-1", ylim=(0, 0.5))
-    data.set(title=f"Data curve ({len(sizes)} point{'s' if len(sizes) != 1 else ''} so far)")
+    data.set(xlabel="distilled answers N", ylabel="stream-1 top-1", ylim=(0, 0.5))
+    data.set(title=f"Data curves ({points} point{'s' if points != 1 else ''} so far)")
+    data.legend(fontsize=8)
     acc.legend(fontsize=8)
     tau.legend(fontsize=8)
     fig.tight_layout()

@@ -11,8 +11,9 @@
 #   DRY_RUN=1 scripts/stream_ablation.sh       # the commands, nothing run
 #
 # Rows: n1000 / n3000 / n10000: the first N usable training answers, fixed step budget (data
-# curve; a row whose N exceeds what is distilled is skipped with a message); e1000: 1,000
-# answers for 2 epochs (500 steps: fixed epoch count). The ablations change one thing of n1000,
+# curve; a row whose N exceeds what is distilled is skipped with a message); e1000 / e3000:
+# 1,000 / 3,000 answers for 2 epochs (500 / 1,500 steps: the curve at a fixed epoch count),
+# both trained by the PyTorch path on the CPU as msa12long is (below). The ablations change one thing of n1000,
 # the row they compare with (n1000's streams fit their own training answers hardly better than
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
 # r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers; msa12x3: msa12
@@ -35,7 +36,7 @@ RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 msa12x3 msa16 msa20 attn guess medusa"
-ALL="$ALL msa12long"
+ALL="$ALL msa12long e3000"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
 
@@ -73,12 +74,13 @@ if [ "$DRY_RUN" != 1 ]; then
 fi
 
 for row in $ROWS; do
-    n=1000 steps=400 msa=8 rank=8 targets=text extra=()
+    n=1000 steps=400 msa=8 rank=8 targets=text extra=() trainer=mlx
     case "$row" in
         n1000) ;;
         n3000) n=3000 ;;
         n10000) n=10000 ;;
-        e1000) steps=500 ;;
+        e1000) steps=500 trainer=torch ;;
+        e3000) n=3000 steps=1500 trainer=torch ;;
         soft) targets=soft ;;
         r32) rank=32 ;;
         r64) rank=64 ;;
@@ -90,7 +92,7 @@ for row in $ROWS; do
         attn) extra=(--attention-adapters) ;;
         guess) extra=(--next-token-guess) ;;
         medusa) ;;
-        msa12long) n=10000 msa=12 steps=2000 ;;
+        msa12long) n=10000 msa=12 steps=2000 trainer=torch ;;
         *) echo "stream_ablation.sh: unknown row $row (rows: $ALL)" >&2; exit 2 ;;
     esac
     if [ -f "$RUN_DIR/$row.json" ]; then
@@ -111,10 +113,11 @@ for row in $ROWS; do
             --data "$DEV" --json "$RUN_DIR/$row.json"
         continue
     fi
-    if [ "$row" = msa12long ]; then  # the PyTorch path's trainer, on the CPU, then converted
+    if [ "$trainer" = torch ]; then  # the PyTorch path's trainer, on the CPU, then converted
         [ -d "$RUN_DIR/${row}_torch" ] ||
             run ./dev.sh python -m convert.torch_train --mode lossless --data "$data" \
-                --out "$RUN_DIR/${row}_torch" --gamma 4 --n-msa-layers "$msa" --steps "$steps" \
+                --out "$RUN_DIR/${row}_torch" --gamma 4 --n-msa-layers "$msa" --rank "$rank" \
+                --steps "$steps" \
                 --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 --max-length 512 \
                 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}"
         run ./dev.sh specstream convert --from "$RUN_DIR/${row}_torch" --to "$RUN_DIR/$row" \
