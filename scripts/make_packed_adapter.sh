@@ -14,8 +14,9 @@
 #      trains it with the PyTorch path, the faster one on a GPU and on the Intel dev CPUs);
 #   2. merged into the model (scripts/fuse_next_token.py);
 #   3. lossless streams on the merged model, on its own greedy tokens (--targets self): the
-#      shipped tool's steps and stream settings (4 streams, 8 MSA layers, lr 3e-3);
-#   4. parent heads of rank PARENT_RANK (128) on them (`train --from`, the shipped tool's rows and steps);
+#      shipped tool's steps and stream settings (4 streams, MSA_LAYERS MSA layers, lr 3e-3);
+#   4. parent heads of rank PARENT_RANK (128) on them (`train --from`, the shipped tool's rows and
+#      steps; in TASK_lossless_parent, or TASK_lossless_parent_rN for another rank N);
 #   5. a draft vocabulary of the 8,192 commonest answer tokens of the train split;
 #   6. packed (scripts/pack_lora_streams.py) for the untouched base, stored as float16 (a
 #      convert round trip), the shipped default tree (k=1, 2 nodes) and the acceptance
@@ -26,7 +27,8 @@
 # RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (default 8; with another RUN_DIR,
 # and BASELINE pointing at a baseline already trained, the baseline is reused); PARENT_RANK the
 # parent heads' rank (default 128; 12 MSA layers with rank 128 come to 1,006,848 parameters
-# beside the LoRA, over issue 20's 1e6: rank 120 fits).
+# beside the LoRA, over issue 20's 1e6: rank 120 fits). The shipped sql:
+#   MSA_LAYERS=12 PARENT_RANK=120 scripts/make_packed_adapter.sh sql
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
@@ -70,11 +72,13 @@ else
 fi
 rows=$run/${task}_parent_rows.${data##*.}
 head -n "$parent_rows" "$DATA_DIR/$data" > "$rows"
-[ -f "$run/${task}_lossless_parent/adapters.safetensors" ] ||
+parent=$run/${task}_lossless_parent
+[ "$parent_rank" = 128 ] || parent=${parent}_r$parent_rank
+[ -f "$parent/adapters.safetensors" ] ||
     ./dev.sh specstream train "${streams[@]}" --parent-rank "$parent_rank" --from "$run/${task}_lossless" \
         --task "$task" --data "$rows" --steps "$parent_steps" --lr 1e-3 --warmup 20 \
-        --val-every 100 --out "$run/${task}_lossless_parent"
-./dev.sh python scripts/draft_vocab.py --model "$merged" --adapter "$run/${task}_lossless_parent" \
+        --val-every 100 --out "$parent"
+./dev.sh python scripts/draft_vocab.py --model "$merged" --adapter "$parent" \
     --task "$task" --data "$DATA_DIR/$data" --size 8192 --out "$run/${task}_lossless_vocab" --overwrite
 readme=$(mktemp)  # the folder's README.md (its data's licences) outlives the repacking,
 if [ -f "$out/README.md" ]; then cp "$out/README.md" "$readme"; fi  # a failed step's included

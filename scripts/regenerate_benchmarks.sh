@@ -87,6 +87,14 @@ sql_alternated() {  # sql_alternated SECTION DIR:NAME DIR:NAME: both adapters be
     done
 }
 
+same_lora() {  # same_lora SECTION A B: whether adapters A and B hold the same LoRA tensors
+    step "$1" ./dev.sh python -c "import sys, mlx.core as mx
+a, b = (mx.load(f'{x}/adapters.safetensors') for x in sys.argv[1:3])
+lora = [k for k in b if 'lora' in k]
+print(len(lora), 'LoRA tensors', 'identical' if all(mx.array_equal(a[k], b[k]).item()
+      and a[k].dtype == b[k].dtype for k in lora) else 'DIFFERENT')" "$2" "$3"
+}
+
 into() {  # into FILE COMMAND...: COMMAND's stdout becomes FILE (replaced only if COMMAND succeeds)
     local file=$1
     shift
@@ -156,6 +164,17 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == sql ships with its streams in 12 MSA layers (issues 20 and 18) ==
+    # the next section's 12-layer chain with parent heads of rank 120 (about 20 min once the
+    # next section's streams exist; they are reused, their heads kept apart), the 8-layer one
+    # (skipped where built), the LoRA tensors compared, an idle curve, then the two alternated
+    S="sql ships with its streams in 12 MSA layers"
+    step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
+        PARENT_RANK=120 OUT=runs/sql12/packed_out120 scripts/make_packed_adapter.sh sql
+    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+    same_lora "$S" runs/sql12/packed_out120 runs/sql_packed_out
+    step "$S" ./dev.sh specstream calibrate --force
+    sql_alternated "$S" runs/sql12/packed_out120:msa12r120 runs/sql_packed_out:msa8_with_r120
     # == sql's streams in 12 MSA layers (issues 20 and 18) ==
     # the 12-layer packed chain on the every-block baseline (about 8 hours when the baseline must
     # be trained first, else about 1.7; it resumes), the 8-layer one of the next section (the
@@ -165,12 +184,7 @@ steps() {
     step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
         OUT=runs/sql12/packed_out scripts/make_packed_adapter.sh sql
     step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
-    step "$S" ./dev.sh python -c "import sys, mlx.core as mx
-a, b = (mx.load(f'{x}/adapters.safetensors') for x in sys.argv[1:3])
-lora = [k for k in b if 'lora' in k]
-print(len(lora), 'LoRA tensors', 'identical' if all(mx.array_equal(a[k], b[k]).item()
-      and a[k].dtype == b[k].dtype for k in lora) else 'DIFFERENT')" runs/sql12/packed_out \
-        runs/sql_packed_out
+    same_lora "$S" runs/sql12/packed_out runs/sql_packed_out
     step "$S" ./dev.sh specstream calibrate --force
     sql_alternated "$S" runs/sql12/packed_out:msa12 runs/sql_packed_out:msa8
 
