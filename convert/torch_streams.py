@@ -14,6 +14,7 @@ attention-mask conventions of a particular transformers version.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 
 import numpy as np
@@ -448,6 +449,8 @@ def hf_greedy(model: nn.Module, prompt_ids: list[int], max_tokens: int) -> list[
     device = next(model.parameters()).device
     ids = torch.as_tensor([prompt_ids], device=device)
     out = model(input_ids=ids, use_cache=True)
+    # transformers 5.x renamed the KV cache `cache` (argument and output); 4.x: past_key_values
+    cache = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     tokens = []
     for _ in range(max_tokens):
         token = int(out.logits[0, -1].argmax())
@@ -455,5 +458,5 @@ def hf_greedy(model: nn.Module, prompt_ids: list[int], max_tokens: int) -> list[
         if len(tokens) == max_tokens:
             break
         nxt = torch.as_tensor([[token]], device=device)
-        out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+        out = model(input_ids=nxt, use_cache=True, **{cache: out[cache]})
     return tokens
