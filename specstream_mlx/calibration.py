@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -41,7 +41,8 @@ from .streams.params import StreamParams
 # 5: loop costs of the one decoding loop (passes settled on the device, pipelined)
 # 6: loops timed over every round, the plain step capped by the bare one-row pass
 # 7: loops timed at a second MSA depth (msa_deep): what stream rows cost a layer beyond the curve
-CURVE_VERSION = 7
+# 8: what a pass of a tree per confidence bin costs beyond a static tree's (gated_ms)
+CURVE_VERSION = 8
 CURVE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LOOP_NODES = (1, 2, 3, 4, 6, 8, 12, 16)  # tree sizes timed in a real decoding loop
 # The MSA depths the loops are timed at (each at most the model's layers less one): a shallow
@@ -85,6 +86,10 @@ class LatencyCurve:
     # pass in 16 layers vs 4: +7 to +27 ms measured, +4.6 predicted; docs/BENCHMARKS.md)
     msa_deep: int = 0
     loop_deep_ms: list = field(default_factory=list)
+    # What a pass costs more when the next pass's tree depends on this one's confidence (a tree
+    # per bin: the next pass is built only once this one is read back, not while it runs), a
+    # 2-node loop's pass against the same static one's; 0 where not measured.
+    gated_ms: float = 0.0
     compiled: bool = False  # compiled passes (decoding.passes) measured faster here
     mode_ms: dict = field(default_factory=dict)  # eager vs compiled pass ms at 1, 2, 4 rows
     measured_seconds: float = 0.0
@@ -386,7 +391,7 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     nodes (the root and N - 1 children: one stream per node) in `msa_ref` MSA layers sets
     `loop_ms[N]`, in MSA_DEEP ones (where the model has more; N up to DEEP_NODES)
     `loop_deep_ms[N]`: everything a pass costs, reading it back and compacting the cache
-    included."""
+    included; the 2-node tree drafted as a tree per confidence bin sets `gated_ms`."""
     vocab, steps = loaded.config["vocab_size"], 10
     deep = min(MSA_DEEP, curve.n_layers - 1)
     depths = [curve.msa_ref] + ([deep] if deep > curve.msa_ref else [])
@@ -403,6 +408,8 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
         fns.update(
             {(d, n): per_step(star_decoder(loaded, arch, n, d, curve.compiled)) for n in sizes}
         )
+    if 2 in nodes:
+        fns["gated"] = per_step(gated_decoder(loaded, arch, curve.msa_ref, curve.compiled))
     for fn in fns.values():  # warm-up: traces, allocations
         fn()
     times: dict = {key: [] for key in fns}
@@ -410,6 +417,9 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
         for key, fn in fns.items():
             times[key].append(fn())
     curve.plain_step_ms = round(statistics.median(times[0]), 3)
+    if "gated" in times:  # paired within rounds: the machine's speed moves between them
+        extra = [g - s for g, s in zip(times["gated"], times[(curve.msa_ref, 2)], strict=True)]
+        curve.gated_ms = round(max(0.0, statistics.median(extra)), 3)
     # more nodes, and the same nodes in more layers, never cost less: noise smoothed away
     floor = np.zeros(len(nodes))
     for d in depths:
@@ -443,6 +453,13 @@ def star_decoder(loaded, arch, nodes: int, n_msa_layers: int, compiled: bool) ->
     mx.eval(params.parameters())
     policy = TreePolicy.static(tuple((i,) for i in range(nodes - 1)))
     return Decoder(loaded.model, arch, params, policy, passes=Passes(arch, params, compiled))
+
+
+def gated_decoder(loaded, arch, n_msa_layers: int, compiled: bool) -> Decoder:
+    """star_decoder's 2-node tree drafted as a tree per confidence bin (the root alone in a bin
+    no confidence reaches): the same passes, each waiting for the last one's confidence."""
+    star = star_decoder(loaded, arch, 2, n_msa_layers, compiled)
+    return replace(star, policy=TreePolicy.gated((2.0,), (((0,),), ())))
 
 
 def read_curve(loaded: LoadedModel) -> LatencyCurve | None:
@@ -565,7 +582,7 @@ def plan_tree(loaded: LoadedModel, params: StreamParams, curve: LatencyCurve) ->
         plain = curve.shared_plain_ms(cfg.gamma, cfg.n_msa_layers)
         plain += curve.head(1) if cfg.next_token_guess else 0.0
     if acceptance.trace is not None and acceptance.positions:
-        return choose_walked(acceptance, pass_ms, plain, required_gain(curve))
+        return choose_walked(acceptance, pass_ms, plain, required_gain(curve), curve.gated_ms)
     return choose_tree(acceptance, pass_ms, plain, min_gain=required_gain(curve))
 
 

@@ -199,6 +199,10 @@ def test_walked_trees_draft_deep_where_the_streams_are_sure():
     # too few positions in a bin to trust it: one tree
     few = Acceptance.from_ranks(ranks[:40] + ranks[-40:], 2, confidence=[0.9] * 40 + [0.1] * 40)
     assert choose_walked(few, pass_ms, 10).bins == ()
+    # a tree per bin waits for the last pass's confidence: each of its 133 passes costs more
+    slower = choose_walked(acc, pass_ms, plain_ms=10, gated_ms=0.5)
+    assert slower.bins == plan.bins and slower.pass_ms == pytest.approx((1727 + 66.5) / 133)
+    assert choose_walked(acc, pass_ms, plain_ms=10, gated_ms=3.0).paths == ()  # then none pays
 
 
 def test_the_walk_prices_a_tree_by_the_passes_a_decode_makes():
@@ -597,7 +601,9 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
 
     monkeypatch.setattr(calibration, "star_decoder", spy)
     curve = calibration.measure_curve(tiny_models["llama"], rounds=1, rows=(1, 2, 3))
-    assert sorted(timed) == [(1, 1), (1, 3), (2, 1), (2, 3), (3, 1)]
+    # the 2-node star twice in the shallow streams: static, and as a tree per confidence bin
+    assert sorted(timed) == [(1, 1), (1, 3), (2, 1), (2, 1), (2, 3), (3, 1)]
+    assert curve.gated_ms >= 0
     assert (curve.msa_ref, curve.msa_deep) == (1, 3) and curve.loop_nodes == [1, 2, 3]
     ref, deep = curve.loop_ms, curve.loop_deep_ms
     assert len(deep) == 2  # the 3-node tree is timed in the shallow streams only

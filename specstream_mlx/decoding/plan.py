@@ -163,13 +163,16 @@ def choose_walked(
     pass_ms: Callable[[int, int], float],
     plain_ms: float,
     min_gain: float = MIN_GAIN,
+    gated_ms: float = 0.0,
 ) -> TreePlan:
     """choose_tree over the acceptance's trace (which it must have): each candidate tree priced
     by walking the trace pass by pass; then, where every confidence bin holds MIN_BIN_POSITIONS,
     a tree per bin, kept where it gives GATED_GAIN times the best single tree. Per streams depth
     the bins' trees are improved one bin at a time (each bin's candidates tried with the others
-    fixed, twice over), starting from the best single tree."""
-    walker = _Walker(acceptance)
+    fixed, twice over), starting from the best single tree. A pass of a tree per bin costs
+    `gated_ms` more than pass_ms says: the loop cannot build it before the last pass's
+    confidence is read back (a static tree's is built meanwhile: decoding.loop.OnDevice)."""
+    walker = _Walker(acceptance, gated_ms)
     best = TreePlan((), 1.0, plain_ms, plain_ms)
     candidates = [(1, 0, 1.0)]
     for depth in range(1, acceptance.gamma + 1):
@@ -211,8 +214,9 @@ class _Walker:
     ended, drafts the tree of the bin its confidence falls in, and accepts the longest path
     of it that the recorded ranks follow."""
 
-    def __init__(self, acceptance: Acceptance):
+    def __init__(self, acceptance: Acceptance, gated_ms: float):
         trace = acceptance.trace
+        self.gated_ms = gated_ms  # what each pass costs more where the bins' trees differ
         self.gates = acceptance.gates
         self.n_bins = len(self.gates) + 1
         self.level = np.searchsorted(self.gates, trace.confidence, side="right")
@@ -241,6 +245,7 @@ class _Walker:
         total, decided = max(sum(passes), 1), sum(tokens)
         if len(set(trees)) == 1:
             return TreePlan(trees[0], decided / total, ms / total, plain_ms)
+        ms += self.gated_ms * sum(passes)
         union = tuple(sorted({p for t in trees for p in t}, key=lambda p: (len(p), p)))
         shares = tuple(float(np.mean(self.level == b)) for b in range(self.n_bins))
         per_bin = tuple(t / n if n else 1.0 for t, n in zip(tokens, passes, strict=True))
