@@ -164,6 +164,24 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == The planner charges a tree per confidence bin its un-pipelined pass (issue 18) ==
+    # an idle curve (about 2 min), then the new side of the section's table: chat with every
+    # decoder, sql twice, data2text and summarize (about 15 min; the old side needs the code
+    # of a6cfa51: listed at the end)
+    S="The planner charges a tree per confidence bin"
+    step "$S" ./dev.sh specstream calibrate --force
+    step "$S" ./dev.sh specstream bench --overwrite --suite chat --data "$D" --limit 10 \
+        --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm --json $R/gated_price_chat_new.json
+    for x in "sql:sql:sql/dev.jsonl:new_r1" "sql:sql:sql/dev.jsonl:new_r2" \
+        "data2text:e2e:e2e/dev.csv:new" "summarize:dialogsum:dialogsum/dev.jsonl:new"; do
+        IFS=: read -r a suite p B <<< "$x"
+        methods=ar,ss
+        [ "$a" = sql ] && methods=ar,ss,ss+pld,mlx-lm
+        step "$S" ./dev.sh specstream bench --overwrite --suite "$suite" --data "$D/$p" \
+            --limit 10 --max-tokens 96 --methods "$methods" --adapter "$a" \
+            --json $R/gated_price_${a}_${B}.json
+    done
+
     # == sql ships with its streams in 12 MSA layers (issues 20 and 18) ==
     # the next section's 12-layer chain with parent heads of rank 120 (about 20 min once the
     # next section's streams exist; they are reused, their heads kept apart), the 8-layer one
@@ -1126,6 +1144,9 @@ else
 fi
 
 # ---- not regenerated here: why ----------------------------------------------------------------
+# - "The planner charges a tree per confidence bin": its old rows (gated_price_*_old*.json) ran
+#   the code of a6cfa51 (`git worktree add ../wt a6cfa51`, its own SPECSTREAM_CACHE so that it
+#   measures its version-7 curve), with the section's commands.
 # - Sections that bench the shipped writing tools (writing_tools and the like) run today's: since
 #   2026-12-07 sql's and data2text's main streams ignore their streams (summarize's since
 #   2026-12-06), so their `ar` rows in sections measured before come out faster, and sql is the
