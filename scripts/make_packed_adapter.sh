@@ -25,7 +25,8 @@
 # ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
 # a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
 # RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (default 8; with another RUN_DIR,
-# and BASELINE pointing at a baseline already trained, the baseline is reused); PARENT_RANK the
+# and BASELINE pointing at a baseline already trained, the baseline is reused; a RUN_DIR whose
+# lossless streams have another depth is refused); PARENT_RANK the
 # parent heads' rank (default 128; 12 MSA layers with rank 128 come to 1,006,848 parameters
 # beside the LoRA, over issue 20's 1e6: rank 120 fits). The shipped sql:
 #   MSA_LAYERS=12 PARENT_RANK=120 scripts/make_packed_adapter.sh sql
@@ -56,8 +57,14 @@ mkdir -p "$run"
 [ -f "$merged/model.safetensors" ] || ./dev.sh python scripts/fuse_next_token.py "$baseline" "$merged"
 streams=(--model "$merged" --mode lossless --targets self --segment 64 --batch-size 4
     --checkpoint-every 25 --overwrite)
-if [ -f "$run/${task}_lossless/adapters.safetensors" ]; then
-    :
+if [ -f "$run/${task}_lossless/adapters.safetensors" ]; then  # trained: at this depth?
+    have=$(./dev.sh python -c 'import json, sys
+print(json.load(open(sys.argv[1]))["stream_config"]["n_msa_layers"])' "$run/${task}_lossless/adapter_config.json")
+    if [ "$have" != "$msa" ]; then
+        echo "make_packed_adapter.sh: $run/${task}_lossless holds streams in $have MSA layers," \
+            "not MSA_LAYERS=$msa: give another RUN_DIR (and BASELINE to reuse a baseline)" >&2
+        exit 2
+    fi
 elif [ "${ENGINE:-mlx}" = torch ]; then  # the PyTorch trainer (a GPU: DEVICE=cuda), converted
     ./dev.sh python -m convert.torch_train --mode lossless --model "$merged" --task "$task" \
         --data "$DATA_DIR/$data" --targets self --n-msa-layers "$msa" --gamma 4 --lr 3e-3 \

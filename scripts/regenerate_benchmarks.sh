@@ -181,11 +181,15 @@ steps() {
             --limit 10 --max-tokens 96 --methods "$methods" --adapter "$a" \
             --json $R/gated_price_${a}_${B}.json
     done
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_sql_readme_amd_1207.json  # the README's sql column
 
     # == sql ships with its streams in 12 MSA layers (issues 20 and 18) ==
     # the next section's 12-layer chain with parent heads of rank 120 (about 20 min once the
     # next section's streams exist; they are reused, their heads kept apart), the 8-layer one
-    # (skipped where built), the LoRA tensors compared, an idle curve, then the two alternated
+    # (its training skipped where done; repacked and its acceptance measured again, about 10
+    # min), the LoRA tensors compared, an idle curve, then the two alternated
     S="sql ships with its streams in 12 MSA layers"
     step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
         PARENT_RANK=120 OUT=runs/sql12/packed_out120 scripts/make_packed_adapter.sh sql
@@ -1144,7 +1148,8 @@ else
 fi
 
 # ---- not regenerated here: why ----------------------------------------------------------------
-# - "The planner charges a tree per confidence bin": its old rows (gated_price_*_old*.json) ran
+# - "The planner charges a tree per confidence bin": its old rows (gated_price_*_old*.json; the
+#   chat row is the 12:15 run quoted in the section, its JSON not kept) ran
 #   the code of a6cfa51 (`git worktree add ../wt a6cfa51`, its own SPECSTREAM_CACHE so that it
 #   measures its version-7 curve), with the section's commands.
 # - Sections that bench the shipped writing tools (writing_tools and the like) run today's: since

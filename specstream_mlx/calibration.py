@@ -405,11 +405,10 @@ def _measure_loops(loaded, arch, curve: LatencyCurve, context: int, rounds: int)
     nodes = [n for n in LOOP_NODES if n <= curve.rows[-1]]
     for d in depths:
         sizes = nodes if d == curve.msa_ref else [n for n in nodes if n <= DEEP_NODES]
-        fns.update(
-            {(d, n): per_step(star_decoder(loaded, arch, n, d, curve.compiled)) for n in sizes}
-        )
-    if 2 in nodes:
-        fns["gated"] = per_step(gated_decoder(loaded, arch, curve.msa_ref, curve.compiled))
+        for n in sizes:
+            fns[(d, n)] = per_step(star_decoder(loaded, arch, n, d, curve.compiled))
+            if (d, n) == (curve.msa_ref, 2):  # timed next to its static partner
+                fns["gated"] = per_step(gated_decoder(loaded, arch, d, curve.compiled))
     for fn in fns.values():  # warm-up: traces, allocations
         fn()
     times: dict = {key: [] for key in fns}

@@ -214,6 +214,9 @@ def test_the_walk_prices_a_tree_by_the_passes_a_decode_makes():
     plan = choose_walked(acc, lambda nodes, depth: 10.0 + (nodes - 1), plain_ms=10)
     assert plan.paths == ((0,),) and plan.expected_tokens == pytest.approx(2.0)
     assert choose_tree(acc, lambda nodes, depth: 10.0 + (nodes - 1), 10).expected_tokens == 1.5
+    # a static tree's next pass is built while this one runs: nothing more to charge
+    ungated = choose_walked(acc, lambda nodes, depth: 10.0 + (nodes - 1), 10, gated_ms=5.0)
+    assert ungated.paths == ((0,),) and ungated.pass_ms == pytest.approx(plan.pass_ms)
 
 
 def test_gated_policy_picks_its_bins_tree():
