@@ -606,7 +606,6 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     curve = calibration.measure_curve(tiny_models["llama"], rounds=1, rows=(1, 2, 3))
     # the 2-node star twice in the shallow streams: static, and as a tree per confidence bin
     assert sorted(timed) == [(1, 1), (1, 3), (2, 1), (2, 1), (2, 3), (3, 1)]
-    assert curve.gated_ms >= 0
     assert (curve.msa_ref, curve.msa_deep) == (1, 3) and curve.loop_nodes == [1, 2, 3]
     ref, deep = curve.loop_ms, curve.loop_deep_ms
     assert len(deep) == 2  # the 3-node tree is timed in the shallow streams only
@@ -620,6 +619,27 @@ def test_loops_are_timed_at_two_msa_depths_and_passes_between_them_interpolated(
     assert curve.pass_ms(2, 3, 3) == pytest.approx(deep[1] + more)
     # without stream rows the depth of the MSA layers costs nothing beyond the bare curve
     assert curve.pass_ms(2, 0, 3, 0) == pytest.approx(curve.pass_ms(2, 0, 1, 0))
+
+
+def test_gated_ms_is_what_the_gated_loop_costs_beyond_its_static_partner(tiny_models, monkeypatch):
+    """The gated decoder drafts the 2-node tree at every confidence, but as a tree per bin (so
+    the loop waits for each pass's confidence); gated_ms is its loop's ms over the static
+    2-node loop's, never below 0."""
+    loaded = tiny_models["llama"]
+    arch = arch_of(loaded.model, loaded.config["model_type"])
+    gated = calibration.gated_decoder(loaded, arch, 1, True)
+    assert gated.policy.bins and gated.policy.paths_at(1.0) == ((0,),)
+    monkeypatch.setattr(calibration, "MSA_REF", 1)
+    monkeypatch.setattr(calibration, "MSA_DEEP", 3)
+    monkeypatch.setattr(calibration, "MAX_COST_RATIO", float("inf"))
+    for extra, expected in ((3.5, 3.5), (-2.0, 0.0)):
+
+        def fake_loop_ms(dec, start, steps, extra=extra):
+            return 10.0 + (extra if dec.policy.bins else 0.0)
+
+        monkeypatch.setattr(calibration, "loop_ms", fake_loop_ms)
+        curve = calibration.measure_curve(loaded, rounds=3, rows=(1, 2, 3))
+        assert curve.gated_ms == pytest.approx(expected)
 
 
 def test_a_rewound_prefill_starts_each_timed_loop_afresh(tmp_path):
