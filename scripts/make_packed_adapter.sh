@@ -15,7 +15,7 @@
 #   2. merged into the model (scripts/fuse_next_token.py);
 #   3. lossless streams on the merged model, on its own greedy tokens (--targets self): the
 #      shipped tool's steps and stream settings (4 streams, MSA_LAYERS MSA layers, lr 3e-3);
-#   4. parent heads of rank PARENT_RANK (128) on them (`train --from`, the shipped tool's rows and
+#   4. parent heads of rank PARENT_RANK on them (`train --from`, the shipped tool's rows and
 #      steps; in TASK_lossless_parent, or TASK_lossless_parent_rN for another rank N);
 #   5. a draft vocabulary of the 8,192 commonest answer tokens of the train split;
 #   6. packed (scripts/pack_lora_streams.py) for the untouched base, stored as float16 (a
@@ -24,29 +24,30 @@
 #      (default specstream_mlx/adapters/TASK; its README.md is kept).
 # ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
 # a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
-# RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (default 8; with another RUN_DIR,
+# RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (the shipped tool's: 12 for sql, 8 for
+# data2text and summarize; with another RUN_DIR,
 # and BASELINE pointing at a baseline already trained, the baseline is reused; a RUN_DIR whose
 # lossless streams have another depth is refused); PARENT_RANK the
-# parent heads' rank (default 128; 12 MSA layers with rank 128 come to 1,006,848 parameters
-# beside the LoRA, over issue 20's 1e6: rank 120 fits). The shipped sql:
-#   MSA_LAYERS=12 PARENT_RANK=120 scripts/make_packed_adapter.sh sql
+# parent heads' rank (the shipped tool's: 120 for sql, 128 for the others; 12 MSA layers with
+# rank 128 come to 1,006,848 parameters beside the LoRA, over issue 20's 1e6: rank 120 fits).
+# The shipped sql came from RUN_DIR=../runs/sql12, its 8-layer streams kept in ../runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
 task=${1:?usage: scripts/make_packed_adapter.sh sql|data2text|summarize}
 case "$task" in  # as scripts/make_task_adapter.sh
     sql) data=sql/train.jsonl steps=750 max_length=320 parent_rows=800 parent_steps=200
-        suite=sql dev=sql/dev.jsonl ;;
+        suite=sql dev=sql/dev.jsonl msa=12 parent_rank=120 ;;
     data2text) data=e2e/train.csv steps=750 max_length=256 parent_rows=1501 parent_steps=400
-        suite=e2e dev=e2e/dev.csv ;;
+        suite=e2e dev=e2e/dev.csv msa=8 parent_rank=128 ;;
     summarize) data=dialogsum/train.jsonl steps=1500 max_length=512 parent_rows=463
-        parent_steps=250 suite=dialogsum dev=dialogsum/dev.jsonl ;;
+        parent_steps=250 suite=dialogsum dev=dialogsum/dev.jsonl msa=8 parent_rank=128 ;;
     *) echo "unknown task: $task (sql, data2text or summarize)" >&2; exit 2 ;;
 esac
 steps=${STEPS:-$steps}
 parent_steps=${PARENT_STEPS:-$parent_steps}
-msa=${MSA_LAYERS:-8}
-parent_rank=${PARENT_RANK:-128}
+msa=${MSA_LAYERS:-$msa}
+parent_rank=${PARENT_RANK:-$parent_rank}
 run=${RUN_DIR:-../runs}
 baseline=${BASELINE:-$run/baselines/${task}_next_token_all}
 out=${OUT:-specstream_mlx/adapters/$task}
@@ -62,7 +63,8 @@ if [ -f "$run/${task}_lossless/adapters.safetensors" ]; then  # trained: at this
 print(json.load(open(sys.argv[1]))["stream_config"]["n_msa_layers"])' "$run/${task}_lossless/adapter_config.json")
     if [ "$have" != "$msa" ]; then
         echo "make_packed_adapter.sh: $run/${task}_lossless holds streams in $have MSA layers," \
-            "not MSA_LAYERS=$msa: give another RUN_DIR (and BASELINE to reuse a baseline)" >&2
+            "not the $msa asked for (MSA_LAYERS; $task's default otherwise): give another RUN_DIR" \
+            "(and BASELINE to reuse a baseline)" >&2
         exit 2
     fi
 elif [ "${ENGINE:-mlx}" = torch ]; then  # the PyTorch trainer (a GPU: DEVICE=cuda), converted

@@ -809,6 +809,8 @@ def test_calibrate_command(tmp_path, capsys, data):
     assert (folder / "acceptance.json").read_bytes() == before
     assert main([*args, "--limit", "1", "--max-tokens", "4", "--overwrite"]) == 0
     assert Acceptance.read(folder).positions < written.positions  # one prompt, 4 tokens
+    gated = out["curve"]["gated_ms"]  # the text names what a gated plan's pass costs more
+    assert f"waits for it: {gated:.1f} ms more a pass" in capsys.readouterr().out
 
 
 def test_calibrate_shows_progress_to_a_person(tmp_path, capsys, data, monkeypatch):
