@@ -16,7 +16,9 @@
 # both trained by the PyTorch path on the CPU as msa12long is (below). The ablations change one thing of n1000,
 # the row they compare with (n1000's streams fit their own training answers hardly better than
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
-# r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers; msa12x3: msa12
+# r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers (r32, r64 and
+# msa4 trained by the PyTorch path on the CPU for e1000's 500 steps since 2026-12-07: e1000,
+# the same trainer, data and steps, is their reference); msa12x3: msa12
 # for 3x the steps (1,200: does training longer help the deeper streams?); attn:
 # --attention-adapters (stream adapters on the attention path as well); guess:
 # --next-token-guess (the streams start from the early-exit head's guess for the next token).
@@ -82,9 +84,9 @@ for row in $ROWS; do
         e1000) steps=500 trainer=torch ;;
         e3000) n=3000 steps=1500 trainer=torch ;;
         soft) targets=soft ;;
-        r32) rank=32 ;;
-        r64) rank=64 ;;
-        msa4) msa=4 ;;
+        r32) rank=32 steps=500 trainer=torch ;;
+        r64) rank=64 steps=500 trainer=torch ;;
+        msa4) msa=4 steps=500 trainer=torch ;;
         msa12) msa=12 ;;
         msa12x3) msa=12 steps=1200 ;;
         msa16) msa=16 ;;
