@@ -2,17 +2,21 @@
 base model's own head names at every depth, and how each row's training loss fell.
 
 Reads the rows' validation records (benchmarks/validate_streams.py JSON, one per row, named
-ROW.json; a name with "_" is a variant of a row scored another way, not plotted), the logit
+ROW.json; ROW_nll, ROW_with_the_true_next_token and ROW_on_its_training_rows are a row scored
+another way, not plotted), the logit
 lens (benchmarks/logit_lens.py JSON) and, where `--runs` holds the rows' adapter folders, their
 loss curves (`training.loss_curve` in ROW/adapter_config.json, or the full history in
-ROW_progress.json, a copy of a checkpoint's progress.json). Writes three PNGs:
+ROW_progress.json, a copy of a checkpoint's progress.json). Writes four PNGs:
 
-- stream_rows.png: stream j's top-1 (j = 1..4) per row; the tau of the best static tree of
-  4 / 8 / 16 nodes per row; stream-1 top-1 against the number of distilled answers, at a fixed
-  step budget (rows nN) and at a fixed epoch count (rows eN);
-  the issue's targets drawn where they apply (stream-1 0.45, 8-node tau 1.8);
+- stream_rows.png: the rows at the issue's budget (scripts/stream_ablation.sh's, 400-500 steps):
+  stream j's top-1 (j = 1..4) per row; the tau of the best static tree of 4 / 8 / 16 nodes per
+  row; stream-1 top-1 against the number of distilled answers, at a fixed step budget (rows nN)
+  and at a fixed epoch count (rows eN); the issue's targets drawn where they apply (stream-1
+  0.45, 8-node tau 1.8);
+- longer_runs.png: the same two panels for the longer runs (msa12long, the GPU rows, the
+  shipped chat's rounds);
 - logit_lens.png: the base head's top-1 for the next token after every block, with the pruning
-  points of 8 and 12 MSA layers and each row's early-exit top-1;
+  points of 4, 8 and 12 MSA layers and each row's early-exit top-1;
 - loss_curves.png: training loss against step per row (rows with a curve only).
 
     ./dev.sh python benchmarks/plot_streams.py [--rows docs/results/stream_ablation]
@@ -36,6 +40,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specstream_mlx.training.trainer import loss_curve  # noqa: E402
 
 TARGET_STREAM1, TARGET_TAU8 = 0.45, 1.8  # issue 20's chat targets
+SAME_BUDGET = r"[ne](1000|3000)|n10000|soft|r32|r64|msa\d+|attn|guess|medusa"
+VARIANTS = ("_nll", "_with_the_true_next_token", "_on_its_training_rows")  # scored another way
 
 
 def read_rows(folder: Path) -> dict[str, dict]:
@@ -72,20 +78,36 @@ def data_curve(rows: dict[str, dict], prefix: str) -> list[tuple[int, float]]:
     return sorted((int(m[1]), r["stream_accuracy"][0]) for m, r in found if m)
 
 
-def plot_rows(rows: dict[str, dict], out: Path) -> None:
-    fig, (acc, tau, data) = plt.subplots(1, 3, figsize=(15, 4.5))
+def same_budget(name: str) -> bool:
+    """Whether a row is one of scripts/stream_ablation.sh's rows at the issue's budget (400-500
+    steps of 4 on 1,000-3,000 answers), not a longer run (msa12long, the GPU rows, the shipped
+    chat's rounds)."""
+    return re.fullmatch(SAME_BUDGET, name) is not None
+
+
+def stream_panels(acc, tau, rows: dict[str, dict], target_tau: bool = True) -> None:
+    """Stream j's top-1 and the best static trees' tau, a line per row."""
     for name, r in rows.items():
         acc.plot(range(1, len(r["stream_accuracy"]) + 1), r["stream_accuracy"], "o-", label=name)
         nodes = sorted(int(k) for k in r["tau_static"])
         tau.plot(nodes, [r["tau_static"][str(n)] for n in nodes], "o-", label=name)
     acc.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
     acc.annotate("target, stream 1", (1, TARGET_STREAM1), xytext=(1.1, TARGET_STREAM1 - 0.03))
-    acc.set(xlabel="stream j", ylabel="top-1 on the dev answers", title="Stream top-1 per row")
+    acc.set(xlabel="stream j", ylabel="top-1 on the dev answers")
     acc.set_xticks(range(1, 5))
-    tau.plot([8], [TARGET_TAU8], "k*", ms=12, label="target (8 nodes)")
+    if target_tau:
+        tau.plot([8], [TARGET_TAU8], "k*", ms=12, label="target (8 nodes)")
     tau.set(xlabel="nodes of the best static tree", ylabel="tau (tokens per pass)")
-    tau.set(title="Best static trees")
     tau.set_xticks([4, 8, 16])
+    acc.legend(fontsize=7)
+    tau.legend(fontsize=7)
+
+
+def plot_rows(rows: dict[str, dict], out: Path) -> None:
+    fig, (acc, tau, data) = plt.subplots(1, 3, figsize=(15, 4.5))
+    stream_panels(acc, tau, rows)
+    acc.set(title="Stream top-1 per row (400-500 steps)")
+    tau.set(title="Best static trees")
     points = 0
     for prefix, label in (("n", "400 steps of 4"), ("e", "2 epochs (N / 2 steps of 4)")):
         sizes = data_curve(rows, prefix)
@@ -94,12 +116,21 @@ def plot_rows(rows: dict[str, dict], out: Path) -> None:
         points += len(sizes)
     data.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
     data.set(xlabel="distilled answers N", ylabel="stream-1 top-1", ylim=(0, 0.5))
-    data.set(title=f"Data curves ({points} point{'s' if points != 1 else ''} so far)")
+    data.set(title=f"Data curves ({points} point{'s' if points != 1 else ''})")
     data.legend(fontsize=8)
-    acc.legend(fontsize=8)
-    tau.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "stream_rows.png", dpi=90)
+    plt.close(fig)
+
+
+def plot_longer(rows: dict[str, dict], out: Path) -> None:
+    """The longer runs (thousands of steps, the shipped chat's rounds) on the same dev answers."""
+    fig, (acc, tau) = plt.subplots(1, 2, figsize=(13, 4.8))
+    stream_panels(acc, tau, rows)
+    acc.set(title="Stream top-1, longer runs")
+    tau.set(title="Best static trees, longer runs")
+    fig.tight_layout()
+    fig.savefig(out / "longer_runs.png", dpi=90)
     plt.close(fig)
 
 
@@ -114,7 +145,7 @@ def plot_lens(lens: dict, rows: dict[str, dict], out: Path) -> None:
         label="base head after block b",
     )
     n_layers = blocks[-1]
-    for msa in (8, 12):
+    for msa in (4, 8, 12):
         ax.axvline(n_layers - msa, color="grey", ls=":", lw=1)
         ax.annotate(
             f"{msa} MSA layers start",
@@ -130,7 +161,7 @@ def plot_lens(lens: dict, rows: dict[str, dict], out: Path) -> None:
         label=f"early exit of {lens['adapter']}",
     )
     for name, r in rows.items():
-        if r.get("early_exit_top1") is not None and "_" not in name:
+        if r.get("early_exit_top1") is not None and same_budget(name):
             point = n_layers - row_msa_layers(name)
             ax.plot([point], [r["early_exit_top1"]], "^", label=f"early exit, {name}")
     ax.axhline(TARGET_STREAM1, color="grey", ls="--", lw=1)
@@ -171,13 +202,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = {k: v for k, v in read_rows(Path(args.rows)).items() if "tau_static" in v}
-    plot_rows({k: v for k, v in rows.items() if "_" not in k}, out)
+    plot_rows({k: v for k, v in rows.items() if same_budget(k)}, out)
+    longer = {k: v for k, v in rows.items() if not (same_budget(k) or k.endswith(VARIANTS))}
+    if longer:
+        plot_longer(longer, out)
     plot_lens(json.loads(Path(args.lens).read_text()), rows, out)
     runs = Path(args.runs) if args.runs else None
     curves = {name: pts for name in rows if (pts := loss_points(runs, name))}
     if curves:
         plot_losses(curves, out)
-    print(f"wrote {out}/stream_rows.png, logit_lens.png" + (", loss_curves.png" if curves else ""))
+    written = ["stream_rows.png", "logit_lens.png"] + ["longer_runs.png"] * bool(longer)
+    print(f"wrote {out}/: " + ", ".join(written + ["loss_curves.png"] * bool(curves)))
 
 
 if __name__ == "__main__":
