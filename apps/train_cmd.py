@@ -205,7 +205,8 @@ def run(args) -> int:
     from specstream_mlx.streams.lora import apply_lora
     from specstream_mlx.streams.params import StreamParams
     from specstream_mlx.training.data import load_dataset
-    from specstream_mlx.training.trainer import Checkpoint, Hooks, TrainConfig, loss_curve, train
+    from specstream_mlx.training.history import loss_curve
+    from specstream_mlx.training.trainer import Checkpoint, Hooks, TrainConfig, train
 
     out = Path(args.out)
     if args.targets != "text" and args.mode != "lossless":

@@ -37,7 +37,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specstream_mlx.training.trainer import loss_curve  # noqa: E402
+from specstream_mlx.training.history import loss_curve  # noqa: E402
 
 TARGET_STREAM1, TARGET_TAU8 = 0.45, 1.8  # issue 20's chat targets
 SAME_BUDGET = r"[ne](1000|3000)|n10000|soft|r32|r64|msa\d+|attn|guess|medusa"

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from specstream_mlx.decoding.tree import Tree
 from specstream_mlx.errors import SpecstreamError
 from specstream_mlx.streams.config import StreamConfig, as_it_ran
+from specstream_mlx.training.history import loss_curve
 from specstream_mlx.training.positions import (
     segment,
     shared_stream_positions,
@@ -620,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
         # the data's summary carries its sources (attribution travels with the adapter)
         extra = {"training": {"data": data.summary, "examples": len(examples), **vars(cfg)}}
         extra["training"]["last"] = rows[-1]
+        extra["training"]["loss_curve"] = loss_curve(rows)  # every step, resumed runs' too
         if continued is not None:  # the continued adapter's record: rounds keep their history
             extra["training"]["continues"] = continued
         if next_token:

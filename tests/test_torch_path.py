@@ -1037,6 +1037,8 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     assert not (tmp_path / "adapter.checkpoint.pt").exists()
     assert af.folder_kind(out) == "torch"
     assert run_convert(out, tmp_path / "mlx", "--model", str(loaded.path)) == 0
+    record = json.loads((tmp_path / "mlx" / "adapter_config.json").read_text())["training"]
+    assert [w["steps"] for w in record["loss_curve"]] == [[1, 1], [2, 2]]  # as MLX's record
     assert torch_train.main(argv) == 2  # the output exists: refused before any training
     assert "output folder exists" in capsys.readouterr().err
     bad = [*argv[:3], str(tmp_path / "missing.csv"), *argv[4:6], "--out", str(tmp_path / "z")]

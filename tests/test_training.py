@@ -528,7 +528,7 @@ def test_lora_layers_only_where_lora_trains(tiny, data_file, tmp_path):
 
 
 def test_loss_curve_keeps_every_step_as_window_means():
-    from specstream_mlx.training.trainer import loss_curve
+    from specstream_mlx.training.history import loss_curve
 
     history = [{"step": s, "loss": float(s * s)} for s in range(1, 11)]
     curve = loss_curve(history, points=4)  # windows of 3 steps, the last one shorter

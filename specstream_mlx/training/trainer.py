@@ -687,17 +687,3 @@ def _run(objective, what: dict, top_k: int | None, out_dir: Path, cfg, hooks: Ho
         if hooks.stop_after is not None and done_here >= hooks.stop_after:
             break
     return progress
-
-
-def loss_curve(history: list[dict], points: int = 40) -> list[dict]:
-    """The training loss as at most `points` windows of consecutive steps: [{"steps": [first,
-    last], "loss": mean}, ...] (kept with the adapter, so its curve can be plotted)."""
-    size = max(1, -(-len(history) // points))
-    windows = [history[i : i + size] for i in range(0, len(history), size)]
-    return [
-        {
-            "steps": [w[0]["step"], w[-1]["step"]],
-            "loss": round(sum(h["loss"] for h in w) / len(w), 4),
-        }
-        for w in windows
-    ]
