@@ -13,8 +13,8 @@ ROW_progress.json, a copy of a checkpoint's progress.json). Writes four PNGs:
   row; stream-1 top-1 against the number of distilled answers, at a fixed step budget (rows nN)
   and at a fixed epoch count (rows eN); the issue's targets drawn where they apply (stream-1
   0.45, 8-node tau 1.8);
-- longer_runs.png: the same two panels for the longer runs (msa12long, the GPU rows, the
-  shipped chat's rounds);
+- longer_runs.png: the same two panels for the longer runs (e3000, msa12long, the GPU rows,
+  the shipped chat's rounds);
 - logit_lens.png: the base head's top-1 for the next token after every block, with the pruning
   points of 4, 8 and 12 MSA layers and each row's early-exit top-1;
 - loss_curves.png: training loss against step per row (rows with a curve only).
@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specstream_mlx.training.history import loss_curve  # noqa: E402
 
 TARGET_STREAM1, TARGET_TAU8 = 0.45, 1.8  # issue 20's chat targets
-SAME_BUDGET = r"[ne](1000|3000)|n10000|soft|r32|r64|msa\d+|attn|guess|medusa"
+SAME_BUDGET = r"n1000|n3000|e1000|soft|r32|r64|msa\d+|attn|guess|medusa"
 VARIANTS = ("_nll", "_with_the_true_next_token", "_on_its_training_rows")  # scored another way
 
 
@@ -80,8 +80,8 @@ def data_curve(rows: dict[str, dict], prefix: str) -> list[tuple[int, float]]:
 
 def same_budget(name: str) -> bool:
     """Whether a row is one of scripts/stream_ablation.sh's rows at the issue's budget (400-500
-    steps of 4 on 1,000-3,000 answers), not a longer run (msa12long, the GPU rows, the shipped
-    chat's rounds)."""
+    steps of 4 on 1,000-3,000 answers), not a longer run (e3000, msa12long, the GPU rows, the
+    shipped chat's rounds)."""
     return re.fullmatch(SAME_BUDGET, name) is not None
 
 
@@ -104,8 +104,9 @@ def stream_panels(acc, tau, rows: dict[str, dict], target_tau: bool = True) -> N
 
 
 def plot_rows(rows: dict[str, dict], out: Path) -> None:
+    """The same-budget rows' panels, and the data curves of every nN and eN row."""
     fig, (acc, tau, data) = plt.subplots(1, 3, figsize=(15, 4.5))
-    stream_panels(acc, tau, rows)
+    stream_panels(acc, tau, {k: v for k, v in rows.items() if same_budget(k)})
     acc.set(title="Stream top-1 per row (400-500 steps)")
     tau.set(title="Best static trees")
     points = 0
@@ -202,7 +203,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = {k: v for k, v in read_rows(Path(args.rows)).items() if "tau_static" in v}
-    plot_rows({k: v for k, v in rows.items() if same_budget(k)}, out)
+    plot_rows(rows, out)
     longer = {k: v for k, v in rows.items() if not (same_budget(k) or k.endswith(VARIANTS))}
     if longer:
         plot_longer(longer, out)

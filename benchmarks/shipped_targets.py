@@ -19,6 +19,8 @@ from specstream_mlx.streams.acceptance import Acceptance  # noqa: E402
 from specstream_mlx.provenance import provenance  # noqa: E402
 from validate_streams import static_taus  # noqa: E402  (this folder)
 
+# isort: on
+
 ADAPTERS = Path(ss.__file__).parent / "adapters"
 # issue 20's targets: stream-1 top-1, P(stream 2 | stream 1 right), tau of the 8-node tree
 TARGETS = {
@@ -35,6 +37,8 @@ def row(name: str) -> dict:
     if acceptance is None:
         raise ss.SpecstreamError(f"{ADAPTERS / name} has no acceptance.json")
     rates = acceptance.rates()
+    if rates["top1"] is None:  # statistics saved before per-stream hits were kept
+        raise ss.SpecstreamError(f"{ADAPTERS / name}/acceptance.json has no per-stream top-1")
     stream1, given = rates["top1"][0], rates["top1_given_earlier_right"][1]
     taus = static_taus(acceptance, acceptance.gamma)
     low1, low2, low_tau = TARGETS[name]

@@ -16,15 +16,15 @@
 #   3. lossless streams on the merged model, on its own greedy tokens (--targets self): the
 #      shipped tool's steps and stream settings (4 streams, MSA_LAYERS MSA layers, lr 3e-3);
 #   4. parent heads of rank PARENT_RANK on them (`train --from`, the shipped tool's rows and
-#      steps; in TASK_lossless_parent, or TASK_lossless_parent_rN for another rank N);
+#      steps; in TASK_lossless_parent at rank 128, else TASK_lossless_parent_rN: sql's 120 too);
 #   5. a draft vocabulary of the 8,192 commonest answer tokens of the train split;
 #   6. packed (scripts/pack_lora_streams.py) for the untouched base, stored as float16 (a
 #      convert round trip), the shipped default tree (k=1, 2 nodes) and the acceptance
 #      statistics measured (`calibrate --measure-acceptance`, dev items 40-87) into OUT
 #      (default specstream_mlx/adapters/TASK; its README.md is kept).
 # ENGINE=torch trains the baseline and the lossless streams with the PyTorch path (DEVICE=cuda on
-# a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with
-# RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (the shipped tool's: 12 for sql, 8 for
+# a GPU; the parent heads train with MLX either way). STEPS and PARENT_STEPS override the
+# optimizer steps (a smoke run: STEPS=2 PARENT_STEPS=2 with RUN_DIR and OUT elsewhere); MSA_LAYERS the streams' depth (the shipped tool's: 12 for sql, 8 for
 # data2text and summarize; with another RUN_DIR,
 # and BASELINE pointing at a baseline already trained, the baseline is reused; a RUN_DIR whose
 # lossless streams have another depth is refused); PARENT_RANK the

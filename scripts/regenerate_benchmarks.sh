@@ -164,6 +164,11 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == Issue 20's stream targets against the shipped adapters (issue 20) ==
+    # read from the shipped adapters' acceptance.json (seconds; nothing decoded)
+    S="Issue 20's stream targets against the shipped adapters"
+    step "$S" ./dev.sh python benchmarks/shipped_targets.py --json $R/shipped_targets_1207.json
+
     # == The planner charges a tree per confidence bin its un-pipelined pass (issue 18) ==
     # an idle curve (about 2 min), then the new side of the section's table: chat with every
     # decoder, sql twice, data2text and summarize (about 15 min; the old side needs the code
@@ -184,6 +189,11 @@ steps() {
     step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
         --limit 10 --max-tokens 96 --methods ar,ss,pld,ss+pld,mlx-lm \
         --json $R/bench_sql_readme_amd_1207.json  # the README's sql column
+    # Qwen's plans under version 8 (docs/models.md): its curve measured afresh (about 5 min)
+    step "$S" into $R/calibration_qwen_sql_v8_amd_1207.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter sql --force --json
+    step "$S" into $R/calibration_qwen_chat_v8_amd_1207.json env SPECSTREAM_CACHE="$QC" \
+        ./dev.sh specstream calibrate --model "$QWEN" --adapter chat --json
 
     # == sql ships with its streams in 12 MSA layers (issues 20 and 18) ==
     # the next section's 12-layer chain with parent heads of rank 120 (about 20 min once the
@@ -193,7 +203,8 @@ steps() {
     S="sql ships with its streams in 12 MSA layers"
     step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
         PARENT_RANK=120 OUT=runs/sql12/packed_out120 scripts/make_packed_adapter.sh sql
-    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+    step "$S" env RUN_DIR=runs MSA_LAYERS=8 PARENT_RANK=128 OUT=runs/sql_packed_out \
+        scripts/make_packed_adapter.sh sql
     same_lora "$S" runs/sql12/packed_out120 runs/sql_packed_out
     step "$S" ./dev.sh specstream calibrate --force
     sql_alternated "$S" runs/sql12/packed_out120:msa12r120 runs/sql_packed_out:msa8_with_r120
@@ -204,8 +215,9 @@ steps() {
     # then the two alternated, 12 / 8 / 12 / 8 (about 10 min)
     S="sql's streams in 12 MSA layers"
     step "$S" env RUN_DIR=runs/sql12 BASELINE=runs/baselines/sql_next_token_all MSA_LAYERS=12 \
-        OUT=runs/sql12/packed_out scripts/make_packed_adapter.sh sql
-    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+        PARENT_RANK=128 OUT=runs/sql12/packed_out scripts/make_packed_adapter.sh sql
+    step "$S" env RUN_DIR=runs MSA_LAYERS=8 PARENT_RANK=128 OUT=runs/sql_packed_out \
+        scripts/make_packed_adapter.sh sql
     same_lora "$S" runs/sql12/packed_out runs/sql_packed_out
     step "$S" ./dev.sh specstream calibrate --force
     sql_alternated "$S" runs/sql12/packed_out:msa12 runs/sql_packed_out:msa8
@@ -216,7 +228,8 @@ steps() {
     # alone on each half (about 8 min each), then the packed adapter and the sql shipped before
     # it (main stream ignoring its streams, commit 3ebd52d) alternated (about 10 min)
     S="sql ships as a packed adapter"
-    step "$S" env RUN_DIR=runs OUT=runs/sql_packed_out scripts/make_packed_adapter.sh sql
+    step "$S" env RUN_DIR=runs MSA_LAYERS=8 PARENT_RANK=128 OUT=runs/sql_packed_out \
+        scripts/make_packed_adapter.sh sql
     step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
         --adapter runs/sql_packed_out --methods ar,lora --lora runs/baselines/sql_next_token_all \
         --limit 200 --max-tokens 64 --json $R/quality_sql_packed_200.json
@@ -331,7 +344,7 @@ steps() {
     # decoding of it and of the shipped sql beside mlx-lm on 10 dev rows (about 5 min)
     S="An adapter kind that keeps a LoRA's answers"
     step "$S" ensure runs/packed_smoke/sql env STEPS=2 PARENT_STEPS=2 RUN_DIR=runs/packed_smoke \
-        OUT=runs/packed_smoke/sql scripts/make_packed_adapter.sh sql
+        MSA_LAYERS=8 PARENT_RANK=128 OUT=runs/packed_smoke/sql scripts/make_packed_adapter.sh sql
     for a in runs/packed_smoke/sql sql; do
         step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
             --adapter $a --methods ar,mlx-lm --limit 10 --max-tokens 64 \
@@ -1148,6 +1161,10 @@ else
 fi
 
 # ---- not regenerated here: why ----------------------------------------------------------------
+# - "What limits the lossless streams" (issue 20's curves and ablation rows): each row is a
+#   training run of 25 minutes to 2 hours here; `scripts/stream_ablation.sh` (ROWS=...) trains
+#   and scores them into ../runs/ablation/ROW.json, copied to $R/stream_ablation/, and
+#   `./dev.sh python benchmarks/plot_streams.py --runs ../runs/ablation` redraws docs/plots/.
 # - "The planner charges a tree per confidence bin": its old rows (gated_price_*_old*.json; the
 #   chat row is the 12:15 run quoted in the section, its JSON not kept) ran
 #   the code of a6cfa51 (`git worktree add ../wt a6cfa51`, its own SPECSTREAM_CACHE so that it

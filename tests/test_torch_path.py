@@ -983,6 +983,8 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
         checkpoint_every=1,
     )
 
+    logged = []  # each finished run's rows: the steps its loss curve covers
+
     def run(checkpoint, stop_at=None):
         base = load_base(base0.name)
         torch.manual_seed(0)
@@ -994,9 +996,10 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
                 raise KeyboardInterrupt
 
         try:
-            train(base, streams, examples, train_cfg, log=log, checkpoint=checkpoint)
+            rows = train(base, streams, examples, train_cfg, log=log, checkpoint=checkpoint)
         except KeyboardInterrupt:
             return None
+        logged.append([r["step"] for r in rows])
         lora = {n: p.detach().clone() for n, p in base.model.named_parameters() if "lora_" in n}
         return streams.state_dict(), lora
 
@@ -1007,6 +1010,7 @@ def test_torch_train_command_resumes_an_interrupted_run(pairs, tmp_path, capsys,
     for mine, theirs in zip(uncut, resumed, strict=True):
         assert set(mine) == set(theirs)
         assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert logged == [[1, 2, 3, 4], [1, 2, 3, 4]]  # the resumed run keeps the steps before the cut
 
     out = tmp_path / "adapter"
     argv = [
