@@ -164,6 +164,18 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == Qwen's sql and chat under the current planner (issue 19) ==
+    # the shipped Qwen `sql` and `chat` with every decoder (about 30 min), on the curve cached
+    # in $QC (measured on first use where there is none, about 5 min more)
+    S="Qwen's sql and chat under the current planner"
+    for x in "sql:sql:$D/sql/dev.jsonl" "chat:chat:$D"; do
+        IFS=: read -r a suite p <<< "$x"
+        step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" \
+            --suite "$suite" --data "$p" --limit 16 --max-tokens 64 --adapter "$a" \
+            --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_${a}_v8_amd_1207.json \
+            --markdown $R/bench_qwen_${a}_v8_amd_1207.md
+    done
+
     # == Issue 20's stream targets against the shipped adapters (issue 20) ==
     # read from the shipped adapters' acceptance.json (seconds; nothing decoded)
     S="Issue 20's stream targets against the shipped adapters"

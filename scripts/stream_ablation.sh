@@ -16,7 +16,9 @@
 # both trained by the PyTorch path on the CPU as msa12long is (below). The ablations change one thing of n1000,
 # the row they compare with (n1000's streams fit their own training answers hardly better than
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
-# r64: stream-adapter rank 32 / 64; msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers (r32, r64 and
+# r64: stream-adapter rank 32 / 64 (r64 at lr 3e-3 did not train: its streams' output moves 8x
+# as fast a step as rank 8's, the adapter having no 1/rank scale; r64lr is r64 at 3e-3 x 8/64 =
+# 3.75e-4, rank 8's step in the streams' output); msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers (r32, r64 and
 # msa4 trained by the PyTorch path on the CPU for e1000's 500 steps since 2026-12-07: e1000,
 # the same trainer, data and steps, is their reference); msa12x3: msa12
 # for 3x the steps (1,200: does training longer help the deeper streams?); attn:
@@ -37,7 +39,7 @@ cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-../runs/ablation}
 DISTILL=${DISTILL:-../runs/distill}
 DATA_DIR=${SPECSTREAM_DATA:-../shared/data}
-ALL="n1000 n3000 n10000 e1000 soft r32 r64 msa4 msa12 msa12x3 msa16 msa20 attn guess medusa"
+ALL="n1000 n3000 n10000 e1000 soft r32 r64 r64lr msa4 msa12 msa12x3 msa16 msa20 attn guess medusa"
 ALL="$ALL msa12long e3000"
 ROWS=${ROWS:-$ALL}
 DRY_RUN=${DRY_RUN:-0}
@@ -76,7 +78,7 @@ if [ "$DRY_RUN" != 1 ]; then
 fi
 
 for row in $ROWS; do
-    n=1000 steps=400 msa=8 rank=8 targets=text extra=() trainer=mlx
+    n=1000 steps=400 msa=8 rank=8 lr=3e-3 targets=text extra=() trainer=mlx
     case "$row" in
         n1000) ;;
         n3000) n=3000 ;;
@@ -86,6 +88,7 @@ for row in $ROWS; do
         soft) targets=soft ;;
         r32) rank=32 steps=500 trainer=torch ;;
         r64) rank=64 steps=500 trainer=torch ;;
+        r64lr) rank=64 lr=3.75e-4 steps=500 trainer=torch ;;
         msa4) msa=4 steps=500 trainer=torch ;;
         msa12) msa=12 ;;
         msa12x3) msa=12 steps=1200 ;;
@@ -120,7 +123,7 @@ for row in $ROWS; do
             run ./dev.sh python -m convert.torch_train --mode lossless --data "$data" \
                 --out "$RUN_DIR/${row}_torch" --gamma 4 --n-msa-layers "$msa" --rank "$rank" \
                 --steps "$steps" \
-                --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 --max-length 512 \
+                --batch-size 4 --lr "$lr" --segment 32 --warmup 20 --max-length 512 \
                 --checkpoint-every 25 --seed 0 --device "${DEVICE:-cpu}"
         run ./dev.sh specstream convert --from "$RUN_DIR/${row}_torch" --to "$RUN_DIR/$row" \
             --overwrite
@@ -132,7 +135,7 @@ for row in $ROWS; do
     # validate_streams adds the acceptance counts and the static trees' tau
     run ./dev.sh specstream train --mode lossless --data "$data" --val "$DEV" \
         --out "$RUN_DIR/$row" --gamma 4 --msa-layers "$msa" --tree-top-k 3 --rank "$rank" \
-        --targets "$targets" --steps "$steps" --batch-size 4 --lr 3e-3 --segment 32 --warmup 20 \
+        --targets "$targets" --steps "$steps" --batch-size 4 --lr "$lr" --segment 32 --warmup 20 \
         --max-length 512 --val-every "$steps" --checkpoint-every 25 --seed 0 --quiet \
         ${extra[@]+"${extra[@]}"}
     run ./dev.sh python benchmarks/validate_streams.py --adapter "$RUN_DIR/$row" --data "$DEV" \
