@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from specstream_mlx.training.history import loss_curve  # noqa: E402
 
 TARGET_STREAM1, TARGET_TAU8 = 0.45, 1.8  # issue 20's chat targets
-SAME_BUDGET = r"n1000|n3000|e1000|soft|r32|r64|msa\d+|attn|guess|medusa"
+SAME_BUDGET = r"n1000|n3000|e1000|soft|r32|r64(lr)?|msa\d+|attn|guess|medusa"
 VARIANTS = ("_nll", "_with_the_true_next_token", "_on_its_training_rows")  # scored another way
 
 
