@@ -18,7 +18,8 @@
 # dev answers: docs/BENCHMARKS.md, so data is not what they vary): soft: --targets soft; r32,
 # r64: stream-adapter rank 32 / 64 (r64 at lr 3e-3 did not train: its streams' output moves 8x
 # as fast a step as rank 8's, the adapter having no 1/rank scale; r64lr is r64 at 3e-3 x 8/64 =
-# 3.75e-4, rank 8's step in the streams' output); msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers (r32, r64 and
+# 3.75e-4, rank 8's step in the streams' output, though the trainer's one lr also slows the
+# stream embeddings and the pruning head: not capacity alone); msa4 .. msa20: 4 / 12 / 16 / 20 MSA layers (r32, r64 and
 # msa4 trained by the PyTorch path on the CPU for e1000's 500 steps since 2026-12-07: e1000,
 # the same trainer, data and steps, is their reference); msa12x3: msa12
 # for 3x the steps (1,200: does training longer help the deeper streams?); attn:
