@@ -175,6 +175,9 @@ steps() {
             --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_${a}_v8_amd_1207.json \
             --markdown $R/bench_qwen_${a}_v8_amd_1207.md
     done
+    # how ss+pld's lookup gate decided on the sql prompts (counts, 2 min; printed: read off the log)
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/graft_count.py --model "$QWEN" \
+        --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64
 
     # == Issue 20's stream targets against the shipped adapters (issue 20) ==
     # read from the shipped adapters' acceptance.json (seconds; nothing decoded)
