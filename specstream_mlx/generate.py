@@ -131,12 +131,13 @@ def stream_generate(
     sampling = sampling or SamplingParams()
     prompt_ids = _prompt_ids(loaded, prompt, chat)
     budget = min(max_tokens, loaded.context_length - len(prompt_ids))
-    plan = resolve(loaded, opts, sampling)  # before the clock: a first use may calibrate
+    # before the clock: a first use may calibrate
+    plan = resolve(loaded, opts, sampling, prompt_ids)
     stats = GenerationStats(len(prompt_ids), tree=plan.tree, decoder=plan.ran)
     detokenizer = loaded.tokenizer.detokenizer
     detokenizer.reset()
     start = time.perf_counter()
-    steps = decode(plan.decoder, prompt_ids, budget, sampling)
+    steps, answer = decode(plan.decoder, prompt_ids, budget, sampling), []
     for step in steps:
         stats.forward_passes += 1
         stats.tree_nodes += step.tree_nodes
@@ -146,11 +147,14 @@ def stream_generate(
         for token in kept:
             detokenizer.add_token(token)
         stats.generated_tokens += len(kept)
+        answer += kept
         stats.wall_seconds = time.perf_counter() - start
         if stats.forward_passes == 1:
             stats.prompt_seconds, stats.first_pass_tokens = stats.wall_seconds, len(kept)
         if finish is not None:
             detokenizer.finalize()
+            if plan.memory is not None:
+                plan.memory.add(prompt_ids, answer)
         yield GenerationChunk(detokenizer.last_segment, kept, stats, finish)
         if finish is not None:
             steps.close()

@@ -15,6 +15,7 @@ from .decoding.lookup import (
     GRAFT,
     LookupConfig,
     LookupCosts,
+    LookupMemory,
     LookupRates,
     lookup_drafter,
     lookup_grafter,
@@ -78,10 +79,11 @@ class Resolved:
     decoder: Decoder
     ran: str  # the decoder that actually runs (a lossless "ss" whose best tree is empty: "ar")
     tree: dict | None  # the draft tree and where it came from (speculative decoders)
+    memory: LookupMemory | None = None  # the lookup's earlier answers: this one's joins them
 
 
-def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
-    """The Decoder for one generation with `loaded` (and the adapter on it)."""
+def resolve(loaded, opts: Options, sampling: SamplingParams, prompt: list[int] = ()) -> Resolved:
+    """The Decoder for one generation from `prompt` with `loaded` (and the adapter on it)."""
     row = DECODERS[opts.decoder]
     main_reads = loaded.streams is not None and loaded.streams.config.main_needs_streams
     streams = loaded.streams if main_reads else None
@@ -110,27 +112,34 @@ def resolve(loaded, opts: Options, sampling: SamplingParams) -> Resolved:
     dec = Decoder(loaded.model, arch, streams, policy, drafter, passes, opts.kv_bits)
     dec.override, dec.stop = opts.draft_override, opts.stop
     if drafter is None and row.lookup:
-        dec, tree = _with_lookup(loaded, dec, tree, sampling)
+        memory = lookup_memory(loaded)
+        recalled = memory.recall(prompt)
+        dec, tree = _with_lookup(loaded, dec, tree, sampling, recalled)
+        return Resolved(dec, ran, {**tree, "recalled_tokens": len(recalled)}, memory)
     return Resolved(dec, ran, tree)
 
 
-def _with_lookup(loaded, dec: Decoder, tree: dict | None, sampling) -> tuple[Decoder, dict]:
+def _with_lookup(
+    loaded, dec: Decoder, tree: dict | None, sampling, recalled
+) -> tuple[Decoder, dict]:
     """Prompt lookup added to `dec`: grafted onto the streams' tree where they draft one that
     is never cut (the early-exit head would prune grafted nodes like the streams' own),
     decoding is greedy and their rows may ride along on every node (a main stream that reads
     them, or lossless streams the curve finds cheap enough: `_chains_run_streams`); else
-    drafted instead of their tree whenever the context has a match."""
+    drafted instead of their tree whenever the context has a match (or the `recalled` earlier
+    answers: LookupMemory.recall)."""
     lookup = LookupConfig()
     dec.chain_streams = _chains_run_streams(loaded, dec, tree, lookup)
     graftable = dec.streams is not None and dec.policy.depth > 0 and not dec.policy.may_cut()
     if graftable and sampling.greedy and dec.chain_streams:
-        nodes = dec.policy.max_nodes + 2 * GRAFT.max_draft
+        nodes = dec.policy.max_nodes + 2 * max(GRAFT.max_draft, GRAFT.recall_draft)
         costs = _lookup_costs(loaded, dec, tree, GRAFT, nodes)
-        dec = replace(dec, graft=lookup_grafter(GRAFT, costs, lookup_rates(loaded, dec.streams)))
+        rates = lookup_rates(loaded, dec.streams)
+        dec = replace(dec, graft=lookup_grafter(GRAFT, costs, rates, recalled))
         gated = costs is not None
         return dec, {**tree, "lookup": "grafted", "lookup_gated": gated, "chain_streams": True}
     costs = _lookup_costs(loaded, dec, tree, lookup)
-    dec = replace(dec, drafter=lookup_drafter(lookup, costs))
+    dec = replace(dec, drafter=lookup_drafter(lookup, costs, recalled))
     tree = {**(tree or {"source": "lookup"}), "lookup": "chains", "lookup_gated": costs is not None}
     if dec.streams is not None and dec.policy.depth > 0:
         tree["chain_streams"] = dec.chain_streams
@@ -144,6 +153,12 @@ def lookup_rates(loaded, streams: StreamParams) -> LookupRates:
     if kept is None or kept[0] is not streams:
         kept = loaded.lookup_rates[id(streams)] = (streams, LookupRates())
     return kept[1]
+
+
+def lookup_memory(loaded) -> LookupMemory:
+    """The earlier answers the lookup drafts from on `loaded` with its active adapter, kept
+    from one generation to the next."""
+    return loaded.lookup_memory.setdefault(loaded.adapter, LookupMemory())
 
 
 def default_streams(loaded, config=None) -> StreamParams:
@@ -203,7 +218,8 @@ def _lookup_costs(
         streams, heads = (dec.n_streams, drafted) if nodes == 1 or dec.chain_streams else (0, 0)
         return curve.streams_pass_ms(dec.streams.config, vocab, nodes, streams, heads)
 
-    chain = tuple(ms(1 + n) for n in range(max(lookup.max_draft + 1, nodes)))
+    longest = max(lookup.max_draft, lookup.recall_draft)
+    chain = tuple(ms(1 + n) for n in range(max(longest + 1, nodes)))
     if dec.policy.depth > 0 and tree and "expected_tokens_per_pass" in tree:
         tokens, tree_ms = tree["expected_tokens_per_pass"], tree["predicted_pass_ms"]
         gated = tuple(tree.get("gates", ())), tuple(tree.get("bin_expected_tokens", ()))

@@ -15,12 +15,14 @@ from specstream_mlx.decoding.lookup import (
     LookupConfig,
     LookupCosts,
     LookupGate,
+    LookupMemory,
     LookupRates,
     deepest_path,
     graft,
     lookup_draft,
     lookup_drafter,
     lookup_grafter,
+    lookup_match,
 )
 from specstream_mlx.decoding.passes import Passes
 from specstream_mlx.decoding.policy import TreePolicy
@@ -61,6 +63,39 @@ def test_lookup_draft_takes_the_latest_longest_match():
     assert lookup_draft([1, 2, 3]) == []
     assert lookup_draft([5]) == []
     assert lookup_draft([1, 2, 1], LookupConfig(ngram_min=2)) == []
+
+
+def test_lookup_memory_recalls_every_answer_but_its_own_prompts():
+    memory = LookupMemory(size=12)
+    memory.add([1, 2], [5, 6, 7])
+    memory.add([3], [8, 9])
+    assert memory.recall([1, 2]).tolist() == [8, 9, -1]  # its own answer left out
+    assert memory.recall([4]).tolist() == [5, 6, 7, -1, 8, 9, -1]
+    memory.add([1, 2], [6, 6])  # the same prompt again: its latest answer replaces the first
+    assert memory.recall([4]).tolist() == [8, 9, -1, 6, 6, -1]
+    memory.add([7], [1] * 6)  # past `size` tokens: the oldest answers go first
+    assert memory.recall([4]).tolist() == [6, 6, -1, *[1] * 6, -1]
+    memory.add([9], [])  # an empty answer is not kept
+    assert len(memory.answers) == 2
+
+
+def test_lookup_match_takes_an_earlier_answer_where_the_context_has_no_longer_match():
+    config = LookupConfig(max_draft=2, recall_draft=3)
+    memory = LookupMemory()
+    memory.add([0], [4, 5, 6, 7, 8, 9, 4, 5, 1, 2])
+    recalled = memory.recall([])
+    # a 2-gram in the context wins, drafting max_draft tokens
+    assert lookup_match([4, 5, 3, 9, 4, 5], config, recalled) == ([3, 9], 2)
+    # none in the context: the latest occurrence of the longest n-gram in the memory, drafting
+    # recall_draft tokens, marked by a negative n
+    assert lookup_match([3, 8, 9, 4, 5], config, recalled) == ([1, 2], -3)
+    assert lookup_match([3, 3, 5, 6], config, recalled) == ([7, 8, 9], -2)
+    # the memory's draft ends with its answer; a memory match beats the context's 1-gram
+    assert lookup_match([9, 3, 1, 2], config, recalled) == ([], 0)
+    assert lookup_match([6, 3, 9, 4, 3], config, recalled) == ([9, 4], 1)
+    assert lookup_match([6, 3, 9, 4, 3], config) == ([9, 4], 1)
+    assert lookup_match([7, 3, 6, 7], config, recalled) == ([8, 9, 4], -2)
+    assert lookup_match([7, 3, 6, 7], config) == ([3, 6], 1)
 
 
 def _gated_lengths(gate: LookupGate, right: list[bool]) -> list[int]:
@@ -455,6 +490,33 @@ def test_ss_pld_grafts_where_greedy_streams_draft_a_tree(tiny_models):
     pruned = streams_for(loaded, 8, gamma=2, n_msa_layers=2, top_k=2, max_tree_nodes=3)
     cut = resolve(loaded, Options(decoder="ss+pld", streams=pruned), SamplingParams())
     assert cut.decoder.graft is None and cut.tree["lookup"] == "chains"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_lookup_drafts_from_earlier_answers_and_equals_plain_greedy(tiny_models, family):
+    from specstream_mlx.session import lookup_memory
+
+    loaded, prompt = tiny_models[family], "the cat sat on"
+    kept, loaded.lookup_memory = loaded.lookup_memory, {}
+    try:
+        plain = ss.generate(loaded, prompt, max_tokens=24)
+        fresh = ss.generate(loaded, prompt, max_tokens=24, decoder="pld")
+        again = ss.generate(loaded, prompt, max_tokens=24, decoder="pld")
+        # its own prompt's answer (kept by the first) is never recalled
+        assert fresh.stats.tree["recalled_tokens"] == again.stats.tree["recalled_tokens"] == 0
+        lookup_memory(loaded).add([1, 2, 3], plain.token_ids)  # another prompt's, the same
+        recalled = ss.generate(loaded, prompt, max_tokens=24, decoder="pld")
+        assert recalled.stats.tree["recalled_tokens"] == len(plain.token_ids) + 1
+        assert recalled.token_ids == plain.token_ids == fresh.token_ids
+        if family == "llama":  # qwen2's tiny model repeats one token: the context drafts it whole
+            assert recalled.stats.forward_passes < fresh.stats.forward_passes
+        params = streams_for(loaded, 3, gamma=2, n_msa_layers=2, top_k=1, max_tree_nodes=3)
+        grafted = ss.generate(loaded, prompt, max_tokens=24, decoder="ss+pld", streams=params)
+        assert grafted.stats.tree["lookup"] == "grafted"
+        assert grafted.stats.tree["recalled_tokens"] > 0
+        assert grafted.token_ids == plain.token_ids
+    finally:
+        loaded.lookup_memory = kept
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])

@@ -8,7 +8,10 @@ rather than drafted instead of it: the chain after the context's last n-gram und
 and the chain after the context extended by the tree's deepest path under its deepest node, so
 a copied run can be accepted past the streams' depth in the same pass; and, for lossless
 streams, where the chain alone is expected to decide more tokens per ms than that tree, a pass
-verifies it alone (the streams sitting it out where that pays too)."""
+verifies it alone (the streams sitting it out where that pays too).
+
+Where the context holds no match of 2 tokens or more, the lookup also searches the answers of
+earlier generations (`LookupMemory`), rated apart from the context's matches."""
 
 from __future__ import annotations
 
@@ -26,12 +29,60 @@ class LookupConfig:
     ngram_max: int = 3  # try the longest suffix first: a longer match predicts better
     ngram_min: int = 1
     max_draft: int = 4  # tokens proposed per pass (each costs a little verification work)
+    # tokens proposed from an earlier answer (LookupMemory): a query or summary of the same
+    # table or text repeats runs longer than the context's copies (docs/BENCHMARKS.md,
+    # "Lookup remembers earlier answers")
+    recall_draft: int = 8
 
 
 # Grafts follow 2-gram matches or longer: on the dialogsum and e2e writing tools' probes a
 # 1-gram's chains cost more than they gave (sql gained 2%; docs/BENCHMARKS.md, "Lookup grafted
 # onto the streams' tree").
 GRAFT = LookupConfig(ngram_min=2)
+
+
+class LookupMemory:
+    """The answers of earlier generations, one per prompt (its latest; the last `size` tokens
+    of them kept), where the lookup looks for the context's last n tokens (n >= 2) when the
+    context itself holds them nowhere: a writing tool asked again about the same table or text
+    repeats much of its earlier answers. Kept per model and adapter (session.lookup_memory);
+    it changes which tokens are drafted, never which are decided. A generation recalls every
+    answer but its own prompt's: greedy decoding would repeat that one whole, and a benchmark
+    that runs a prompt again would time a copy."""
+
+    END = -1  # between two answers: no draft runs past it
+
+    def __init__(self, size: int = 16384):
+        self.size = size
+        self.answers: dict[int, np.ndarray] = {}  # hash of the prompt's tokens -> its answer
+
+    def add(self, prompt: list[int], answer: list[int]) -> None:
+        key = hash(tuple(prompt))
+        self.answers.pop(key, None)
+        if answer:
+            self.answers[key] = np.asarray([*answer, self.END], np.int64)
+        while sum(len(a) for a in self.answers.values()) > self.size:
+            del self.answers[next(iter(self.answers))]  # the oldest goes first
+
+    def recall(self, prompt: list[int]) -> np.ndarray:
+        """Every answer kept but `prompt`'s, joined: what a generation from it searches."""
+        key = hash(tuple(prompt))
+        kept = [a for k, a in self.answers.items() if k != key]
+        return np.concatenate(kept) if kept else np.zeros(0, np.int64)
+
+
+def recall_match(
+    recalled: np.ndarray, history: list[int], config: LookupConfig
+) -> tuple[list[int], int]:
+    """Up to `recall_draft` tokens (not past their answer's end) that followed the latest
+    occurrence in `recalled` (LookupMemory.recall) of the last n tokens of `history` (n from
+    ngram_max down to 2), and n; ([], 0) where none occurs."""
+    tokens = np.asarray(history)
+    lengths = range(min(config.ngram_max, len(tokens)), 1, -1)
+    draft, n = _follows(recalled, tokens, lengths, config.recall_draft)
+    if LookupMemory.END in draft:
+        draft = draft[: draft.index(LookupMemory.END)]
+    return (draft, n) if draft else ([], 0)
 
 
 def lookup_draft(history: list[int], config: LookupConfig = LookupConfig()) -> list[int]:
@@ -41,18 +92,39 @@ def lookup_draft(history: list[int], config: LookupConfig = LookupConfig()) -> l
 
 
 def lookup_match(
-    history: list[int], config: LookupConfig = LookupConfig()
+    history: list[int], config: LookupConfig = LookupConfig(), recalled: np.ndarray | None = None
 ) -> tuple[list[int], int]:
-    """`lookup_draft`'s tokens and the length n of the n-gram they follow (0: no match)."""
+    """`lookup_draft`'s tokens and the length n of the n-gram they follow (0: no match); with
+    `recalled` earlier answers (LookupMemory.recall), where the context holds no match of 2
+    tokens or more, their match (n < 0: -n tokens matched in an earlier answer) before a
+    1-gram's."""
     tokens = np.asarray(history)
-    for n in range(min(config.ngram_max, len(tokens) - 1), config.ngram_min - 1, -1):
-        suffix = tokens[-n:]
-        # windows[i] = tokens[i : i + n] for every start but the suffix's own
-        windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
-        hits = np.nonzero((windows == suffix).all(axis=1))[0]
+    lengths = range(min(config.ngram_max, len(tokens) - 1), config.ngram_min - 1, -1)
+    if recalled is None:
+        return _follows(tokens, tokens, lengths, config.max_draft)
+    draft, n = _follows(tokens, tokens, [n for n in lengths if n >= 2], config.max_draft)
+    if not draft:
+        draft, n = recall_match(recalled, history, config)
+        n = -n
+    if not draft and config.ngram_min <= 1 < len(tokens):
+        draft, n = _follows(tokens, tokens, [1], config.max_draft)
+    return draft, n
+
+
+def _follows(corpus: np.ndarray, tokens: np.ndarray, lengths, count: int) -> tuple[list[int], int]:
+    """The `count` tokens of `corpus` after the latest occurrence there of the last n of
+    `tokens`, for the first n in `lengths` that occurs, and n; ([], 0) where none does. Where
+    `corpus` is `tokens`, its last n are not an occurrence of themselves."""
+    for n in lengths:
+        searched = corpus[:-1] if corpus is tokens else corpus
+        if len(searched) < n:
+            continue
+        # windows[i] = corpus[i : i + n]
+        windows = np.lib.stride_tricks.sliding_window_view(searched, n)
+        hits = np.nonzero((windows == tokens[-n:]).all(axis=1))[0]
         if len(hits):
             start = int(hits[-1]) + n
-            return tokens[start : start + config.max_draft].tolist(), n
+            return corpus[start : start + count].tolist(), n
     return [], 0
 
 
@@ -71,7 +143,8 @@ CHAIN = "chain"
 class _Proposal:
     start: int  # where its first token would go in the decoded text
     tokens: list[int]
-    rate: tuple[str, int]  # which first-token rate it scores: (chain kind, n-gram length)
+    # which first-token rate it scores: (chain kind, n-gram length; negative from LookupMemory)
+    rate: tuple[str, int]
     after: tuple[int, ...] = ()  # the text it needs just before `start` (else its first is wrong)
     scored: int = 0  # tokens already scored against the decoded text
     first_only: bool = False  # its later tokens count toward no rate (scored by another)
@@ -139,10 +212,10 @@ class LookupCosts:
 class LookupRates:
     """A `LookupGate`'s evidence, as pseudo-counts [right, wrong], each fading by
     `LookupGate.DECAY` when it gains one: a chain's first new node's, per (chain kind, length
-    of the matched n-gram), and a new node's after a right one. Grafting keeps it per streams
-    on the loaded model from one generation to the next (session.lookup_rates): a writing
-    tool's answer holds too few chains of a kind to learn its rate within one (e2e: about two
-    past the streams' path in a 26-token answer)."""
+    of the matched n-gram: negative where matched in an earlier answer), and a new node's
+    after a right one. Grafting keeps it per streams on the loaded model from one generation
+    to the next (session.lookup_rates): a writing tool's answer holds too few chains of a kind
+    to learn its rate within one (e2e: about two past the streams' path in a 26-token answer)."""
 
     first: dict = field(default_factory=dict)  # (kind, n) -> [right, wrong]
     next: list = field(default_factory=lambda: [0.0, 0.0])
@@ -317,7 +390,10 @@ def deepest_path(tree: Tree) -> tuple[int, list[int]]:
 
 
 def lookup_grafter(
-    config: LookupConfig = GRAFT, costs: LookupCosts | None = None, rates: LookupRates | None = None
+    config: LookupConfig = GRAFT,
+    costs: LookupCosts | None = None,
+    rates: LookupRates | None = None,
+    recalled: np.ndarray | None = None,
 ) -> Grafter:
     """Prompt lookup grafted onto the streams' tree, for one generation: the chain after the
     context's last n-gram under the root, the chain after the context extended by the tree's
@@ -327,15 +403,17 @@ def lookup_grafter(
     streams, the chain under the root is verified alone, without the streams' tree, where the
     gate expects that to decide more tokens per ms (where `costs` carry the calibrated tree's
     tokens per pass), the streams sitting that pass out where that pays too; costs=None grafts
-    whole chains. Returns the tree to verify and whether the streams run in its pass."""
+    whole chains; the chains come from `recalled` earlier answers too (LookupMemory.recall),
+    where the context has no match of 2 tokens or more. Returns the tree to verify and
+    whether the streams run in its pass."""
     gate = None if costs is None else LookupGate(costs, rates)
     alone_before = False  # the last pass verified the chain alone
 
     def grafted(history: list[int], tree: Tree, confidence: float = 0.0) -> tuple[Tree, bool]:
         nonlocal alone_before
-        proposal, n = lookup_match(history, config)
+        proposal, n = lookup_match(history, config, recalled)
         deepest, path = deepest_path(tree)
-        further, m = lookup_match(history + path, config) if path else ([], 0)
+        further, m = lookup_match(history + path, config, recalled) if path else ([], 0)
         if gate is None:
             return graft(graft(tree, 0, proposal), deepest, further), True
         gate.observe(history)
@@ -373,14 +451,17 @@ def _gated_graft(gate: LookupGate, start: int, tree: Tree, under, chain: list[in
     return grown, sum(first * later**k for k in range(new))
 
 
-def lookup_drafter(config: LookupConfig, costs: LookupCosts | None = None):
+def lookup_drafter(
+    config: LookupConfig, costs: LookupCosts | None = None, recalled: np.ndarray | None = None
+):
     """Prompt lookup as a drafter (decoding.host.Drafter), for one generation: the chain that
-    followed the context's last n-gram before, cut to the length expected to pay by a
-    `LookupGate` over `costs` (None: always the whole chain)."""
+    followed the context's last n-gram before (or in the `recalled` earlier answers,
+    LookupMemory.recall, where the context has no match of 2 tokens or more), cut to the
+    length expected to pay by a `LookupGate` over `costs` (None: always the whole chain)."""
     gate = None if costs is None else LookupGate(costs)
 
     def draft(history: list[int], _hidden) -> Tree:
-        proposal, n = lookup_match(history, config)
+        proposal, n = lookup_match(history, config, recalled)
         if gate is not None:
             proposal = proposal[: gate.choose(history, proposal, n)]
         return draft_tree(history[-1], [[t] for t in proposal])

@@ -58,6 +58,8 @@ class LoadedModel:
     trees: dict = field(default_factory=dict, repr=False, compare=False)
     # The grafting lookup gate's evidence per streams (session.lookup_rates): outlives a generation.
     lookup_rates: dict = field(default_factory=dict, repr=False, compare=False)
+    # Earlier answers the lookup drafts from, per adapter (session.lookup_memory).
+    lookup_memory: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 def _converted_gguf(gguf: Path) -> Path:
