@@ -34,10 +34,10 @@ from paired import arguments, paired, report, suite_prompts  # noqa: E402
 GRAFTED = session._with_lookup
 
 
-def chains_instead(loaded, dec, tree, sampling):
+def chains_instead(loaded, dec, tree, sampling, recalled):
     """`ss+pld` before grafting: the lookup's chains drafted instead of the streams' tree
     (what `_with_lookup` gives a sampled generation)."""
-    return GRAFTED(loaded, dec, tree, SimpleNamespace(greedy=False))
+    return GRAFTED(loaded, dec, tree, SimpleNamespace(greedy=False), recalled)
 
 
 ON_DEVICE = loop.on_device
