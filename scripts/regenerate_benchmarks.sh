@@ -164,6 +164,27 @@ qwen_sql() {  # qwen_sql SECTION DAY: Qwen's curve measured afresh (about 9 min)
 steps() {
     local S B MEM AB t p a rows suite methods x
 
+    # == Lookup remembers earlier answers (issues 18 and 19) ==
+    # the lookup with and without the memory, paired (Qwen about 13 min, SmolLM2 about 7), the
+    # two sql tables with every decoder (Qwen about 12 min, SmolLM2 about 4), and the tokens a
+    # pass the lookup decides with each memory (counted, Qwen about 6 min; printed: read off the log)
+    S="Lookup remembers earlier answers"
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/lookup_memory.py --model "$QWEN" \
+        --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 \
+        --json $R/lookup_memory_qwen_sql_amd_1207.json
+    step "$S" ./dev.sh python benchmarks/lookup_memory.py --adapter sql --suite sql \
+        --data "$D/sql/dev.jsonl" --limit 20 --max-tokens 96 --json $R/lookup_memory_sql_amd_1207.json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" \
+        --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
+        --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_memory_amd_1207.json \
+        --markdown $R/bench_qwen_sql_memory_amd_1207.md
+    step "$S" ./dev.sh specstream bench --overwrite --suite sql --data "$D/sql/dev.jsonl" \
+        --limit 10 --max-tokens 96 --adapter sql --methods ar,ss,pld,ss+pld,mlx-lm \
+        --json $R/bench_sql_memory_amd_1207.json --markdown $R/bench_sql_memory_amd_1207.md
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/recall_reach.py --model "$QWEN" \
+        --adapter sql --suite sql --data "$D/sql/dev.jsonl" --limit 48 --max-tokens 96 \
+        --json $R/recall_reach_qwen_sql_1207.json
+
     # == Qwen's sql and chat under the current planner (issue 19) ==
     # the shipped Qwen `sql` and `chat` with every decoder (about 30 min), on the curve cached
     # in $QC (measured on first use where there is none, about 5 min more)
