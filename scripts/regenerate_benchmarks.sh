@@ -174,6 +174,12 @@ steps() {
         --json $R/lookup_memory_qwen_sql_amd_1207.json
     step "$S" ./dev.sh python benchmarks/lookup_memory.py --adapter sql --suite sql \
         --data "$D/sql/dev.jsonl" --limit 20 --max-tokens 96 --json $R/lookup_memory_sql_amd_1207.json
+    # the same on the chat suite (SmolLM2 about 4 min, Qwen about 7)
+    step "$S" ./dev.sh python benchmarks/lookup_memory.py --adapter chat --suite chat --data "$D" \
+        --limit 10 --max-tokens 96 --json $R/lookup_memory_chat_amd_1207.json
+    step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh python benchmarks/lookup_memory.py --model "$QWEN" \
+        --adapter chat --suite chat --data "$D" --limit 10 --max-tokens 64 \
+        --json $R/lookup_memory_qwen_chat_amd_1207.json
     step "$S" env SPECSTREAM_CACHE="$QC" ./dev.sh specstream bench --overwrite --model "$QWEN" \
         --suite sql --data "$D/sql/dev.jsonl" --limit 16 --max-tokens 64 --adapter sql \
         --methods ar,ss,pld,ss+pld,mlx-lm --json $R/bench_qwen_sql_memory_amd_1207.json \
