@@ -15,7 +15,6 @@ second measures a user asking about one table again, the third one asking about 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 # isort: off
 import specstream_mlx as ss  # first: loads OpenBLAS before mlx is imported
@@ -79,7 +78,7 @@ def main() -> None:
             tokens, passes, nodes = tokens + len(answer), passes + p, nodes + n
         rows[name] = {"tau": round(tokens / passes, 3), "drafts_per_pass": round(nodes / passes, 2)}
         print(f"{name}: tau {rows[name]['tau']}, {rows[name]['drafts_per_pass']} drafts a pass")
-    write(args, prompts, {"lookup": vars(replace(config)), "memories": rows}, provenance())
+    write(args, prompts, {"lookup": vars(config), "memories": rows}, provenance())
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def recall_match(
     ngram_max down to 2), and n; ([], 0) where none occurs."""
     tokens = np.asarray(history)
     lengths = range(min(config.ngram_max, len(tokens)), 1, -1)
-    draft, n = _follows(recalled, tokens, lengths, config.recall_draft)
+    draft, n = _follows(tokens, lengths, config.recall_draft, recalled)
     if LookupMemory.END in draft:
         draft = draft[: draft.index(LookupMemory.END)]
     return (draft, n) if draft else ([], 0)
@@ -101,30 +101,31 @@ def lookup_match(
     tokens = np.asarray(history)
     lengths = range(min(config.ngram_max, len(tokens) - 1), config.ngram_min - 1, -1)
     if recalled is None:
-        return _follows(tokens, tokens, lengths, config.max_draft)
-    draft, n = _follows(tokens, tokens, [n for n in lengths if n >= 2], config.max_draft)
+        return _follows(tokens, lengths, config.max_draft)
+    draft, n = _follows(tokens, [n for n in lengths if n >= 2], config.max_draft)
     if not draft:
         draft, n = recall_match(recalled, history, config)
         n = -n
     if not draft and config.ngram_min <= 1 < len(tokens):
-        draft, n = _follows(tokens, tokens, [1], config.max_draft)
+        draft, n = _follows(tokens, [1], config.max_draft)
     return draft, n
 
 
-def _follows(corpus: np.ndarray, tokens: np.ndarray, lengths, count: int) -> tuple[list[int], int]:
-    """The `count` tokens of `corpus` after the latest occurrence there of the last n of
-    `tokens`, for the first n in `lengths` that occurs, and n; ([], 0) where none does. Where
-    `corpus` is `tokens`, its last n are not an occurrence of themselves."""
+def _follows(tokens: np.ndarray, lengths, count: int, corpus=None) -> tuple[list[int], int]:
+    """The `count` tokens after the latest occurrence of the last n of `tokens`, for the first n
+    in `lengths` that occurs, and n; ([], 0) where none does. Searched in `corpus` (default:
+    `tokens` themselves, their last n not counting as an occurrence)."""
+    searched = tokens[:-1] if corpus is None else corpus
+    source = tokens if corpus is None else corpus
     for n in lengths:
-        searched = corpus[:-1] if corpus is tokens else corpus
         if len(searched) < n:
             continue
-        # windows[i] = corpus[i : i + n]
+        # windows[i] = searched[i : i + n]
         windows = np.lib.stride_tricks.sliding_window_view(searched, n)
         hits = np.nonzero((windows == tokens[-n:]).all(axis=1))[0]
         if len(hits):
             start = int(hits[-1]) + n
-            return corpus[start : start + count].tolist(), n
+            return source[start : start + count].tolist(), n
     return [], 0
 
 
